@@ -1,0 +1,115 @@
+"""Overhead of torchscan.measure_flops against the bare workload and FlopCounterMode.
+
+Everything runs in one process, side by side, interleaved round by round so that machine
+noise hits all three variants alike; each figure is the median over the rounds.
+
+    python benches/overhead.py [--rounds 7] [--ops 100000] [--json out.json]
+
+Workloads:
+- tiny ops: a Python loop of N `torch.add` calls on 4-element tensors (the worst case for a
+  per-operator cost: the bare op itself costs a few microseconds);
+- resnet18: torchvision resnet18 forward, batch 1, 224x224, eval + no_grad.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torchvision
+from torch.utils.flop_counter import FlopCounterMode
+
+import torchscan
+
+
+def bare(work: Callable[[], object]) -> None:
+    work()
+
+
+def native(work: Callable[[], object]) -> None:
+    torchscan.measure_flops(work)
+
+
+def flop_counter_mode(work: Callable[[], object]) -> None:
+    with FlopCounterMode(display=False):
+        work()
+
+
+VARIANTS = {"bare": bare, "measure_flops": native, "FlopCounterMode": flop_counter_mode}
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_times(work: Callable[[], object], rounds: int, skip: set[str] = frozenset()) -> dict[str, float]:
+    samples: dict[str, list[float]] = {name: [] for name in VARIANTS if name not in skip}
+    for name in samples:  # warm-up
+        VARIANTS[name](work)
+    for _ in range(rounds):
+        for name in samples:
+            samples[name].append(timed(lambda n=name: VARIANTS[n](work)))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--ops", type=int, default=100_000)
+    parser.add_argument("--json", help="also write the figures to this file")
+    options = parser.parse_args()
+
+    a, b, out = torch.randn(4), torch.randn(4), torch.empty(4)
+
+    def tiny_ops() -> None:
+        for _ in range(options.ops):
+            torch.add(a, b, out=out)
+
+    model = torchvision.models.resnet18(weights=None).eval()
+    x = torch.randn(1, 3, 224, 224)
+
+    def resnet() -> None:
+        with torch.no_grad():
+            model(x)
+
+    tiny = median_times(tiny_ops, options.rounds)
+    net = median_times(resnet, options.rounds)
+    per_op = {name: (t - tiny["bare"]) / options.ops * 1e6 for name, t in tiny.items() if name != "bare"}
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
+        "torch": torch.__version__,
+        "rounds": options.rounds,
+        "tiny_ops": {
+            "ops": options.ops,
+            "seconds": tiny,
+            "added_us_per_op": per_op,
+            "flop_counter_mode_over_measure_flops": per_op["FlopCounterMode"] / per_op["measure_flops"],
+        },
+        "resnet18_forward": {
+            "seconds": net,
+            "measure_flops_over_bare": net["measure_flops"] / net["bare"],
+            "flop_counter_mode_over_bare": net["FlopCounterMode"] / net["bare"],
+        },
+    }
+    print(f"tiny ops ({options.ops} x torch.add, median of {options.rounds}):")
+    for name, t in tiny.items():
+        extra = f"  (+{per_op[name]:.3f} us/op)" if name in per_op else ""
+        print(f"  {name:16s} {t * 1e3:9.1f} ms{extra}")
+    print(f"  FlopCounterMode's added cost is {result['tiny_ops']['flop_counter_mode_over_measure_flops']:.1f}x ours")
+    print(f"resnet18 forward (batch 1, 224x224, no_grad, median of {options.rounds}):")
+    for name, t in net.items():
+        print(f"  {name:16s} {t * 1e3:9.2f} ms  ({t / net['bare']:.3f}x bare)")
+    if options.json:
+        with open(options.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

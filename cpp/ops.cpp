@@ -1,0 +1,132 @@
+// The torch.ops.torchscan.* surface: what Python, TorchScript and C++ callers use to drive a
+// counting session. Errors from the Rust core arrive as "kind|message" and are rethrown here, in
+// one place, as the c10 error class Python maps to the matching exception.
+
+#include <array>
+#include <atomic>
+#include <string>
+
+#include <torch/library.h>
+
+#include "observer.h"
+#include "torchscan/src/ffi.rs.h"
+
+namespace torchscan {
+namespace {
+
+constexpr std::size_t kSlots = 64;
+
+// What the C++ side must remember about an open session: its callback and its thread.
+struct Observing {
+  std::atomic<int64_t> handle{0};
+  std::atomic<uint64_t> callback{0};
+  std::atomic<uint64_t> thread{0};
+};
+std::array<Observing, kSlots> g_observing;
+
+[[noreturn]] void throw_mapped(const std::string& tagged) {
+  auto bar = tagged.find('|');
+  std::string kind = bar == std::string::npos ? "runtime" : tagged.substr(0, bar);
+  std::string message = bar == std::string::npos ? tagged : tagged.substr(bar + 1);
+  if (kind == "value") TORCH_CHECK_VALUE(false, message);
+  if (kind == "type") TORCH_CHECK_TYPE(false, message);
+  TORCH_CHECK(false, message);
+}
+
+template <class F>
+auto call_core(F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const rust::Error& e) {
+    throw_mapped(e.what());
+  }
+}
+
+std::size_t slot_of(int64_t handle) {
+  return static_cast<std::size_t>(static_cast<uint64_t>(handle) & (kSlots - 1));
+}
+
+// Stops the callbacks of `handle`'s session if it is still observing; true if it was.
+bool stop_observing(int64_t handle) {
+  if (handle <= 0) return false;
+  Observing& o = g_observing[slot_of(handle)];
+  if (o.handle.load() != handle) return false;
+  uint64_t here = observer::current_thread();
+  TORCH_CHECK(o.thread.load() == here, "torchscan session ", handle,
+              " must be closed on the thread that opened it (opened on thread ", o.thread.load(),
+              ", closing on thread ", here, ")");
+  observer::stop(slot_of(handle), o.callback.exchange(0));
+  o.handle.store(0);
+  return true;
+}
+
+int64_t open_session(const std::string& config) {
+  auto opened = call_core([&] { return ffi::open_session(config); });
+  Observing& o = g_observing[opened.slot];
+  o.thread.store(observer::current_thread());
+  o.handle.store(opened.handle);
+  try {
+    o.callback.store(observer::start(opened.slot, opened.generation, opened.capture_outputs));
+  } catch (...) {
+    o.handle.store(0);
+    ffi::discard_session(opened.handle);
+    throw;
+  }
+  return opened.handle;
+}
+
+std::string close_session(int64_t handle) {
+  stop_observing(handle);
+  auto pending = call_core([&] { return ffi::close_session(handle); });
+  return std::string(pending);
+}
+
+std::string finish_session(int64_t handle, const std::string& custom_flops) {
+  auto report = call_core([&] { return ffi::finish_session(handle, custom_flops); });
+  return std::string(report);
+}
+
+void discard_session(int64_t handle) {
+  try {
+    stop_observing(handle);
+  } catch (const c10::Error&) {
+    // Another thread's session: leave its callbacks alone, but free nothing it still uses.
+    return;
+  }
+  ffi::discard_session(handle);
+}
+
+void push_scope(int64_t handle, const std::string& label) {
+  call_core([&] { ffi::push_scope(handle, label); });
+}
+
+void pop_scope(int64_t handle) {
+  call_core([&] { ffi::pop_scope(handle); });
+}
+
+int64_t live_sessions() {
+  return static_cast<int64_t>(ffi::live_sessions());
+}
+
+std::string torch_version() {
+  return TORCHSCAN_TORCH_VERSION;
+}
+
+}  // namespace
+}  // namespace torchscan
+
+// Every operator has side effects on native state: CONSERVATIVE alias analysis keeps TorchScript
+// from reordering them or removing a call whose result is unused (close_session, say).
+TORCH_LIBRARY(torchscan, m) {
+  auto def = [&](const char* schema, auto fn) {
+    m.def(torch::schema(schema, c10::AliasAnalysisKind::CONSERVATIVE), fn);
+  };
+  def("open_session(str config=\"\") -> int", &torchscan::open_session);
+  def("close_session(int session) -> str", &torchscan::close_session);
+  def("finish_session(int session, str custom_flops=\"[]\") -> str", &torchscan::finish_session);
+  def("discard_session(int session) -> ()", &torchscan::discard_session);
+  def("push_scope(int session, str label) -> ()", &torchscan::push_scope);
+  def("pop_scope(int session) -> ()", &torchscan::pop_scope);
+  def("live_sessions() -> int", &torchscan::live_sessions);
+  def("torch_version() -> str", &torchscan::torch_version);
+}

@@ -1,0 +1,113 @@
+"""Report types (TypedDicts) and the MetricResult constructor of the v0.2 contract.
+
+The native core emits these shapes as JSON; the types here describe them for type checkers and
+readers. Every numeric metric carries a status: read `value` only when it is `complete`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+__all__ = [
+    "Diagnostic",
+    "FlopContext",
+    "FlopReport",
+    "IgnoredOperator",
+    "MetricResult",
+    "MetricStatus",
+    "OperatorCount",
+    "metric_result",
+]
+
+MetricStatus = Literal["complete", "partial", "unavailable"]
+
+
+class MetricResult(TypedDict):
+    status: MetricStatus
+    value: int | float | None
+    known_value: int | float | None
+    unit: str
+    scope: str
+    method: str
+
+
+class Diagnostic(TypedDict):
+    code: str
+    severity: Literal["warning", "error"]
+    metric: str
+    message: str
+    path: NotRequired[str]
+    operator: NotRequired[str]
+
+
+class FlopContext(TypedDict):
+    torch_version: str
+    torchscan_version: str
+    method: str
+
+
+class OperatorCount(TypedDict):
+    calls: int
+    flops: int
+    category: str
+
+
+class IgnoredOperator(TypedDict):
+    calls: int
+    reason: str
+
+
+class FlopReport(TypedDict):
+    schema_version: int
+    context: FlopContext
+    total: MetricResult
+    by_module: dict[str, MetricResult]
+    by_operator: dict[str, OperatorCount]
+    by_category: dict[str, int]
+    by_phase: dict[str, MetricResult]
+    ignored_operators: dict[str, IgnoredOperator]
+    diagnostics: list[Diagnostic]
+
+
+_STATUSES = ("complete", "partial", "unavailable")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def metric_result(
+    *,
+    status: MetricStatus,
+    unit: str,
+    scope: str,
+    method: str,
+    value: int | float | None = None,
+    known_value: int | float | None = None,
+) -> MetricResult:
+    """Builds a MetricResult, enforcing the status invariant.
+
+    complete: ``value`` is a number and ``known_value`` equals it (defaults to it);
+    partial: ``value`` is None and ``known_value`` a number (the lower bound);
+    unavailable: both None. Anything else is a ValueError.
+    """
+    if status not in _STATUSES:
+        raise ValueError(f"status must be one of {', '.join(_STATUSES)}, got {status!r}")
+    for name, text in (("unit", unit), ("scope", scope), ("method", method)):
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"{name} must be a non-empty string, got {type(text).__name__}")
+    if status == "complete":
+        if not _is_number(value):
+            raise ValueError("a complete metric needs a numeric value")
+        if known_value is None:
+            known_value = value
+        if known_value != value:
+            raise ValueError(f"a complete metric needs known_value == value, got {known_value} != {value}")
+    elif status == "partial":
+        if value is not None:
+            raise ValueError("a partial metric has no value (value must be None)")
+        if not _is_number(known_value):
+            raise ValueError("a partial metric needs a numeric known_value (its lower bound)")
+    elif value is not None or known_value is not None:
+        raise ValueError("an unavailable metric has neither value nor known_value")
+    return MetricResult(status=status, value=value, known_value=known_value, unit=unit, scope=scope, method=method)

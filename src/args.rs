@@ -1,0 +1,325 @@
+//! Operator arguments as the shim hands them over: a flat `i64` stream, one entry per schema
+//! argument, that the C++ side (`cpp/observer.cpp`, `encode_ivalue`) writes into a buffer the
+//! session reuses, so that reading an operator's inputs allocates nothing in the steady state.
+//!
+//! Layout of one argument (`TAG_*` below; `ffi.rs` asserts the C++ enum agrees):
+//! - `NONE` / `OTHER`: the tag alone (`OTHER`: strings, generators, ... never needed by a formula)
+//! - `TENSOR`: tag, dtype (`c10::ScalarType` as int), ndim, dims...
+//! - `INT` / `BOOL`: tag, value; `DOUBLE`: tag, the `f64` bits
+//! - `INT_LIST` / `BOOL_LIST`: tag, n, values...; `TENSOR_LIST`: tag, n, then n x (dtype, ndim, dims...)
+//!
+//! Values never leave the session: reports only ever carry FLOP counts and shapes' products.
+
+pub const TAG_NONE: i64 = 0;
+pub const TAG_TENSOR: i64 = 1;
+pub const TAG_INT: i64 = 2;
+pub const TAG_DOUBLE: i64 = 3;
+pub const TAG_BOOL: i64 = 4;
+pub const TAG_INT_LIST: i64 = 5;
+pub const TAG_BOOL_LIST: i64 = 6;
+pub const TAG_TENSOR_LIST: i64 = 7;
+pub const TAG_OTHER: i64 = 8;
+
+/// A tensor's metadata: its dtype code and its sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorMeta<'a> {
+    pub dtype: i64,
+    pub dims: &'a [i64],
+}
+
+impl TensorMeta<'_> {
+    /// Number of elements, `None` if it does not fit in `u64` (or a size is negative).
+    pub fn numel(&self) -> Option<u64> {
+        self.dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
+    }
+}
+
+/// One decoded argument, borrowing from the stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg<'a> {
+    None,
+    Other,
+    Tensor(TensorMeta<'a>),
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    IntList(&'a [i64]),
+    BoolList(&'a [i64]),
+    /// `n` tensors, encoded back to back as `(dtype, ndim, dims...)`.
+    TensorList(usize, &'a [i64]),
+}
+
+/// Finds where each argument starts. `offsets` is cleared and refilled (its capacity is kept).
+/// Returns `false` for a malformed stream, which a formula then reports as an error.
+pub fn index_stream(stream: &[i64], offsets: &mut Vec<usize>) -> bool {
+    offsets.clear();
+    let mut pos = 0usize;
+    while pos < stream.len() {
+        offsets.push(pos);
+        match arg_len(stream, pos) {
+            Some(len) => pos += len,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Length in `i64`s of the argument at `pos`, or `None` when it runs past the end.
+fn arg_len(stream: &[i64], pos: usize) -> Option<usize> {
+    let tag = *stream.get(pos)?;
+    let len = match tag {
+        TAG_NONE | TAG_OTHER => 1,
+        TAG_INT | TAG_DOUBLE | TAG_BOOL => 2,
+        TAG_TENSOR => 1 + tensor_len(stream, pos + 1)?,
+        TAG_INT_LIST | TAG_BOOL_LIST => 2 + usize::try_from(*stream.get(pos + 1)?).ok()?,
+        TAG_TENSOR_LIST => {
+            let n = usize::try_from(*stream.get(pos + 1)?).ok()?;
+            let mut cursor = pos + 2;
+            for _ in 0..n {
+                cursor += tensor_len(stream, cursor)?;
+            }
+            cursor - pos
+        }
+        _ => return None,
+    };
+    (pos + len <= stream.len()).then_some(len)
+}
+
+/// Length of one `(dtype, ndim, dims...)` record.
+fn tensor_len(stream: &[i64], pos: usize) -> Option<usize> {
+    let ndim = usize::try_from(*stream.get(pos + 1)?).ok()?;
+    let len = 2 + ndim;
+    (pos + len <= stream.len()).then_some(len)
+}
+
+fn tensor_at(stream: &[i64], pos: usize) -> Option<TensorMeta<'_>> {
+    let len = tensor_len(stream, pos)?;
+    Some(TensorMeta { dtype: stream[pos], dims: &stream[pos + 2..pos + len] })
+}
+
+/// The arguments of one operator call.
+#[derive(Clone, Copy, Debug)]
+pub struct Args<'a> {
+    stream: &'a [i64],
+    offsets: &'a [usize],
+}
+
+impl<'a> Args<'a> {
+    /// `offsets` must come from [`index_stream`] on the same `stream`.
+    pub fn new(stream: &'a [i64], offsets: &'a [usize]) -> Self {
+        Args { stream, offsets }
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    pub fn get(&self, index: usize) -> Option<Arg<'a>> {
+        let pos = *self.offsets.get(index)?;
+        let s = self.stream;
+        Some(match s[pos] {
+            TAG_NONE => Arg::None,
+            TAG_TENSOR => Arg::Tensor(tensor_at(s, pos + 1)?),
+            TAG_INT => Arg::Int(s[pos + 1]),
+            TAG_DOUBLE => Arg::Double(f64::from_bits(s[pos + 1] as u64)),
+            TAG_BOOL => Arg::Bool(s[pos + 1] != 0),
+            TAG_INT_LIST | TAG_BOOL_LIST => {
+                let n = usize::try_from(s[pos + 1]).ok()?;
+                let values = &s[pos + 2..pos + 2 + n];
+                if s[pos] == TAG_INT_LIST {
+                    Arg::IntList(values)
+                } else {
+                    Arg::BoolList(values)
+                }
+            }
+            TAG_TENSOR_LIST => {
+                let n = usize::try_from(s[pos + 1]).ok()?;
+                let len = arg_len(s, pos)?;
+                Arg::TensorList(n, &s[pos + 2..pos + len])
+            }
+            _ => Arg::Other,
+        })
+    }
+
+    pub fn tensor(&self, index: usize) -> Option<TensorMeta<'a>> {
+        match self.get(index)? {
+            Arg::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn int(&self, index: usize) -> Option<i64> {
+        match self.get(index)? {
+            Arg::Int(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn bool(&self, index: usize) -> Option<bool> {
+        match self.get(index)? {
+            Arg::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn int_list(&self, index: usize) -> Option<&'a [i64]> {
+        match self.get(index)? {
+            Arg::IntList(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn bool_list(&self, index: usize) -> Option<&'a [i64]> {
+        match self.get(index)? {
+            Arg::BoolList(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Every tensor among the arguments, those inside tensor lists included, in order.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorMeta<'a>> + 'a {
+        let stream = self.stream;
+        self.offsets.iter().flat_map(move |&pos| TensorsAt { stream, pos, remaining: None })
+    }
+}
+
+/// Iterates the tensors of one argument (zero, one, or a list's worth).
+struct TensorsAt<'a> {
+    stream: &'a [i64],
+    pos: usize,
+    /// `None` before the argument was looked at; then how many list entries are left.
+    remaining: Option<usize>,
+}
+
+impl<'a> Iterator for TensorsAt<'a> {
+    type Item = TensorMeta<'a>;
+
+    fn next(&mut self) -> Option<TensorMeta<'a>> {
+        let s = self.stream;
+        match self.remaining {
+            None => match *s.get(self.pos)? {
+                TAG_TENSOR => {
+                    self.remaining = Some(0);
+                    tensor_at(s, self.pos + 1)
+                }
+                TAG_TENSOR_LIST => {
+                    self.remaining = Some(usize::try_from(*s.get(self.pos + 1)?).ok()?);
+                    self.pos += 2;
+                    self.next()
+                }
+                _ => None,
+            },
+            Some(0) => None,
+            Some(n) => {
+                let t = tensor_at(s, self.pos)?;
+                self.pos += 2 + t.dims.len();
+                self.remaining = Some(n - 1);
+                Some(t)
+            }
+        }
+    }
+}
+
+/// Builds streams in tests (and documents the layout by example).
+#[cfg(test)]
+pub mod build {
+    use super::*;
+
+    pub fn tensor(out: &mut Vec<i64>, dims: &[i64]) {
+        out.extend([TAG_TENSOR, 6, dims.len() as i64]);
+        out.extend_from_slice(dims);
+    }
+    pub fn int(out: &mut Vec<i64>, v: i64) {
+        out.extend([TAG_INT, v]);
+    }
+    pub fn boolean(out: &mut Vec<i64>, v: bool) {
+        out.extend([TAG_BOOL, v as i64]);
+    }
+    pub fn double(out: &mut Vec<i64>, v: f64) {
+        out.extend([TAG_DOUBLE, v.to_bits() as i64]);
+    }
+    pub fn none(out: &mut Vec<i64>) {
+        out.push(TAG_NONE);
+    }
+    pub fn ints(out: &mut Vec<i64>, v: &[i64]) {
+        out.extend([TAG_INT_LIST, v.len() as i64]);
+        out.extend_from_slice(v);
+    }
+    pub fn bools(out: &mut Vec<i64>, v: &[bool]) {
+        out.extend([TAG_BOOL_LIST, v.len() as i64]);
+        out.extend(v.iter().map(|&b| b as i64));
+    }
+    pub fn tensors(out: &mut Vec<i64>, list: &[&[i64]]) {
+        out.extend([TAG_TENSOR_LIST, list.len() as i64]);
+        for dims in list {
+            out.extend([6, dims.len() as i64]);
+            out.extend_from_slice(dims);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::*;
+    use super::*;
+
+    #[test]
+    fn decodes_every_kind() {
+        let mut s = Vec::new();
+        tensor(&mut s, &[2, 3]);
+        int(&mut s, -4);
+        double(&mut s, 0.5);
+        boolean(&mut s, true);
+        ints(&mut s, &[1, 2]);
+        bools(&mut s, &[true, false, true]);
+        tensors(&mut s, &[&[4], &[5, 6]]);
+        none(&mut s);
+        s.push(TAG_OTHER);
+        let mut offsets = Vec::new();
+        assert!(index_stream(&s, &mut offsets));
+        let args = Args::new(&s, &offsets);
+        assert_eq!(args.len(), 9);
+        assert_eq!(args.tensor(0).unwrap().dims, &[2, 3]);
+        assert_eq!(args.tensor(0).unwrap().numel(), Some(6));
+        assert_eq!(args.int(1), Some(-4));
+        assert_eq!(args.get(2), Some(Arg::Double(0.5)));
+        assert_eq!(args.bool(3), Some(true));
+        assert_eq!(args.int_list(4), Some(&[1, 2][..]));
+        assert_eq!(args.bool_list(5), Some(&[1, 0, 1][..]));
+        assert!(matches!(args.get(6), Some(Arg::TensorList(2, _))));
+        assert_eq!(args.get(7), Some(Arg::None));
+        assert_eq!(args.get(8), Some(Arg::Other));
+        assert_eq!(args.get(9), None);
+        let shapes: Vec<&[i64]> = args.tensors().map(|t| t.dims).collect();
+        assert_eq!(shapes, vec![&[2, 3][..], &[4][..], &[5, 6][..]]);
+        // Wrong-kind accessors answer None instead of guessing.
+        assert_eq!(args.int(0), None);
+        assert_eq!(args.tensor(1), None);
+    }
+
+    #[test]
+    fn malformed_streams_are_rejected_not_panicking() {
+        let mut offsets = Vec::new();
+        assert!(!index_stream(&[TAG_TENSOR, 6, 3, 1], &mut offsets));
+        assert!(!index_stream(&[TAG_INT_LIST, 5, 1], &mut offsets));
+        assert!(!index_stream(&[99], &mut offsets));
+        assert!(!index_stream(&[TAG_TENSOR_LIST, 2, 6, 1, 3], &mut offsets));
+        assert!(!index_stream(&[TAG_INT_LIST, -1], &mut offsets));
+        assert!(index_stream(&[], &mut offsets));
+        assert!(offsets.is_empty());
+    }
+
+    #[test]
+    fn numel_overflow_and_negative_sizes_are_none() {
+        let big = TensorMeta { dtype: 6, dims: &[1 << 40, 1 << 40] };
+        assert_eq!(big.numel(), None);
+        let neg = TensorMeta { dtype: 6, dims: &[-1, 3] };
+        assert_eq!(neg.numel(), None);
+        let scalar = TensorMeta { dtype: 6, dims: &[] };
+        assert_eq!(scalar.numel(), Some(1));
+    }
+}

@@ -1,0 +1,155 @@
+//! The one edge between the core and C++ (`cpp/`). Everything crossing it is plain data.
+//!
+//! Nothing here may unwind into C++: a panic in an `extern "Rust"` function aborts the process.
+//! The per-event entry points catch panics and fall back to a safe decision; the session-level
+//! ones return `Result`, which C++ rethrows as the `c10` error class [`crate::error::ErrorKind`]
+//! names (`"kind|message"`, see `cpp/ops.cpp`).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::args;
+use crate::registry;
+use crate::session::{Config, Decision, OpDescription, Phase};
+
+#[cxx::bridge(namespace = "torchscan::ffi")]
+mod bridge {
+    /// Argument encoding tags; must equal `args::TAG_*` (checked below at compile time).
+    #[repr(i64)]
+    enum ArgTag {
+        None = 0,
+        Tensor = 1,
+        Int = 2,
+        Double = 3,
+        Bool = 4,
+        IntList = 5,
+        BoolList = 6,
+        TensorList = 7,
+        Other = 8,
+    }
+
+    struct EventDescription {
+        is_op: bool,
+        name: String,
+        has_own_kernel: bool,
+        positional_args: usize,
+    }
+
+    struct OpenedSession {
+        handle: i64,
+        slot: usize,
+        generation: u64,
+        capture_outputs: bool,
+    }
+
+    extern "Rust" {
+        fn open_session(config: &str) -> Result<OpenedSession>;
+        fn close_session(handle: i64) -> Result<String>;
+        fn finish_session(handle: i64, custom_flops: &str) -> Result<String>;
+        fn discard_session(handle: i64);
+        fn push_scope(handle: i64, label: &str) -> Result<()>;
+        fn pop_scope(handle: i64) -> Result<()>;
+        fn live_sessions() -> usize;
+        fn max_sessions() -> usize;
+        fn on_op_start(slot: usize, generation: u64, key: usize, token: usize, backward: bool, event: &OpEvent) -> u8;
+        fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent);
+    }
+
+    unsafe extern "C++" {
+        include!("torchscan/cpp/bridge.h");
+        type OpEvent;
+        fn describe(event: &OpEvent) -> EventDescription;
+        fn read_inputs(event: &OpEvent, out: &mut Vec<i64>);
+        fn read_outputs(event: &OpEvent, out: &mut Vec<i64>);
+    }
+}
+
+use bridge::{ArgTag, EventDescription, OpEvent, OpenedSession};
+
+const _: () = {
+    assert!(ArgTag::None.repr == args::TAG_NONE);
+    assert!(ArgTag::Tensor.repr == args::TAG_TENSOR);
+    assert!(ArgTag::Int.repr == args::TAG_INT);
+    assert!(ArgTag::Double.repr == args::TAG_DOUBLE);
+    assert!(ArgTag::Bool.repr == args::TAG_BOOL);
+    assert!(ArgTag::IntList.repr == args::TAG_INT_LIST);
+    assert!(ArgTag::BoolList.repr == args::TAG_BOOL_LIST);
+    assert!(ArgTag::TensorList.repr == args::TAG_TENSOR_LIST);
+    assert!(ArgTag::Other.repr == args::TAG_OTHER);
+};
+
+/// Runs `f`; a panic becomes a runtime error instead of an abort.
+fn guarded<T>(f: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_tagged_string()),
+        Err(_) => Err("runtime|internal error in torchscan's native core (a bug: please report it)".into()),
+    }
+}
+
+fn open_session(config: &str) -> Result<OpenedSession, String> {
+    guarded(|| {
+        let (handle, capture_outputs) = registry::open(Config::from_json(config)?)?;
+        Ok(OpenedSession { handle: handle.pack(), slot: handle.slot, generation: handle.generation, capture_outputs })
+    })
+}
+
+fn close_session(handle: i64) -> Result<String, String> {
+    guarded(|| registry::close(handle))
+}
+
+fn finish_session(handle: i64, custom_flops: &str) -> Result<String, String> {
+    guarded(|| {
+        let results = crate::session::parse_custom_results(custom_flops)?;
+        let report = registry::finish(handle, &results)?;
+        Ok(serde_json::to_string(&report).unwrap_or_default())
+    })
+}
+
+fn discard_session(handle: i64) {
+    let _ = catch_unwind(|| registry::discard(handle));
+}
+
+fn push_scope(handle: i64, label: &str) -> Result<(), String> {
+    guarded(|| registry::push_scope(handle, label))
+}
+
+fn pop_scope(handle: i64) -> Result<(), String> {
+    guarded(|| registry::pop_scope(handle))
+}
+
+fn live_sessions() -> usize {
+    catch_unwind(registry::live_sessions).unwrap_or(0)
+}
+
+fn max_sessions() -> usize {
+    registry::MAX_SESSIONS
+}
+
+/// Adapts the C++ event to the core's [`crate::session::OpEvent`].
+struct Event<'a>(&'a OpEvent);
+
+impl crate::session::OpEvent for Event<'_> {
+    fn describe(&self) -> Option<OpDescription> {
+        let EventDescription { is_op, name, has_own_kernel, positional_args } = bridge::describe(self.0);
+        is_op.then_some(OpDescription { name, has_own_kernel, positional_args })
+    }
+
+    fn read_inputs(&self, out: &mut Vec<i64>) {
+        bridge::read_inputs(self.0, out);
+    }
+
+    fn read_outputs(&self, out: &mut Vec<i64>) {
+        bridge::read_outputs(self.0, out);
+    }
+}
+
+fn on_op_start(slot: usize, generation: u64, key: usize, token: usize, backward: bool, event: &OpEvent) -> u8 {
+    let phase = if backward { Phase::Backward } else { Phase::Forward };
+    // On a panic (a bug), skip the event's children: never count anything twice.
+    catch_unwind(AssertUnwindSafe(|| registry::on_op_start(slot, generation, key, token, phase, &Event(event))))
+        .unwrap_or(Decision::Skip) as u8
+}
+
+fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent) {
+    let _ = catch_unwind(AssertUnwindSafe(|| registry::on_custom_end(slot, generation, token, &Event(event))));
+}

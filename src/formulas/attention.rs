@@ -1,0 +1,115 @@
+//! Scaled dot-product attention kernels. Convention (PyTorch's flop counter,
+//! `sdpa_flop_count` / `sdpa_backward_flop_count`): the two batched matrix products of
+//! attention at 2 FLOPs per multiply-accumulate; softmax, scaling, masking and dropout are not
+//! counted, and a causal mask does not halve the count (the kernels' convention).
+//!
+//! Shapes are `[..., s, d]`: every leading dimension is batch (batch and heads). Query `[B, s_q,
+//! d_q]`, key `[B, s_k, d_q]`, value `[B, s_k, d_v]`.
+//! - forward: `2*B*s_q*s_k*d_q` (scores) + `2*B*s_q*s_k*d_v` (weighted values);
+//! - backward: the score recomputation, grad of values, grad of scores, grad of query and key:
+//!   `2*B*s_q*s_k*(3*d_q + 2*d_v)`.
+
+use super::{add, mul_all, product, require_tensor, FormulaError};
+use crate::args::Args;
+
+struct Dims {
+    batch: u64,
+    s_q: u64,
+    s_k: u64,
+    d_q: u64,
+    d_v: u64,
+}
+
+fn last_two(dims: &[i64]) -> Result<(u64, u64, &[i64]), FormulaError> {
+    let n = dims.len();
+    if n < 2 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let s = u64::try_from(dims[n - 2]).map_err(|_| FormulaError::UnexpectedShape)?;
+    let d = u64::try_from(dims[n - 1]).map_err(|_| FormulaError::UnexpectedShape)?;
+    Ok((s, d, &dims[..n - 2]))
+}
+
+/// Query, key and value at `first`, `first + 1`, `first + 2`.
+fn qkv(args: &Args, first: usize) -> Result<Dims, FormulaError> {
+    let (s_q, d_q, batch_dims) = last_two(require_tensor(args, first)?.dims)?;
+    let (s_k, _, _) = last_two(require_tensor(args, first + 1)?.dims)?;
+    let (_, d_v, _) = last_two(require_tensor(args, first + 2)?.dims)?;
+    Ok(Dims { batch: product(batch_dims)?, s_q, s_k, d_q, d_v })
+}
+
+/// Forward kernels: `(query, key, value, ...)`.
+pub fn sdpa_forward(args: &Args) -> Result<u64, FormulaError> {
+    let d = qkv(args, 0)?;
+    add(mul_all(&[2, d.batch, d.s_q, d.s_k, d.d_q])?, mul_all(&[2, d.batch, d.s_q, d.s_k, d.d_v])?)
+}
+
+/// Backward kernels: `(grad_out, query, key, value, ...)`.
+pub fn sdpa_backward(args: &Args) -> Result<u64, FormulaError> {
+    let d = qkv(args, 1)?;
+    let score_sized = mul_all(&[2, d.batch, d.s_q, d.s_k])?;
+    let depth = add(mul_all(&[3, d.d_q])?, mul_all(&[2, d.d_v])?)?;
+    mul_all(&[score_sized, depth])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::build::*;
+    use crate::formulas::testing::with_args;
+
+    #[test]
+    fn forward_counts_both_products() {
+        // q[2,4,8,16], k[2,4,10,16], v[2,4,10,32]: B = 8.
+        // scores 2*8*8*10*16 = 20_480; values 2*8*8*10*32 = 40_960; total 61_440.
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 4, 8, 16]);
+                tensor(s, &[2, 4, 10, 16]);
+                tensor(s, &[2, 4, 10, 32]);
+                double(s, 0.0);
+                boolean(s, true);
+            },
+            sdpa_forward,
+        );
+        assert_eq!(f, Ok(61_440));
+    }
+
+    #[test]
+    fn backward_counts_five_products() {
+        // Same shapes: 2*8*8*10 * (3*16 + 2*32) = 1280 * 112 = 143_360.
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 4, 8, 32]);
+                tensor(s, &[2, 4, 8, 16]);
+                tensor(s, &[2, 4, 10, 16]);
+                tensor(s, &[2, 4, 10, 32]);
+            },
+            sdpa_backward,
+        );
+        assert_eq!(f, Ok(143_360));
+    }
+
+    #[test]
+    fn three_dimensional_inputs() {
+        // q[3,5,4], k[3,6,4], v[3,6,4]: 2*3*5*6*4 * 2 = 1440.
+        let f = with_args(
+            |s| {
+                tensor(s, &[3, 5, 4]);
+                tensor(s, &[3, 6, 4]);
+                tensor(s, &[3, 6, 4]);
+            },
+            sdpa_forward,
+        );
+        assert_eq!(f, Ok(1440));
+        let f = with_args(
+            |s| {
+                tensor(s, &[4]);
+                tensor(s, &[3, 6, 4]);
+                tensor(s, &[3, 6, 4]);
+            },
+            sdpa_forward,
+        );
+        assert_eq!(f, Err(FormulaError::UnexpectedShape));
+    }
+}

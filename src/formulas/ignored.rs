@@ -1,0 +1,69 @@
+//! Operators that do no arithmetic: they cost zero FLOPs, and the report lists them with the
+//! reason. Only operators whose every overload is arithmetic-free belong here (an operator that
+//! sometimes accumulates, like `index_put_` with `accumulate=True`, does not).
+
+pub struct Ignored {
+    pub operator: &'static str,
+    pub reason: Reason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Returns a view or alias of its input's storage.
+    View,
+    /// Copies or rearranges elements without arithmetic.
+    DataMovement,
+    /// Allocates memory without writing values.
+    Allocation,
+    /// Writes constants, ranges or random numbers.
+    Creation,
+    /// Reads sizes, strides or other metadata.
+    Metadata,
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::View => "view",
+            Reason::DataMovement => "data_movement",
+            Reason::Allocation => "allocation",
+            Reason::Creation => "creation",
+            Reason::Metadata => "metadata",
+        }
+    }
+}
+
+macro_rules! ignore_table {
+    ($($reason:ident: [$($op:literal),+ $(,)?]),+ $(,)?) => {
+        &[$($(Ignored { operator: $op, reason: Reason::$reason }),+),+]
+    };
+}
+
+/// The ignore list, grouped by reason.
+pub static IGNORED: &[Ignored] = ignore_table! {
+    View: [
+        "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::as_strided", "aten::as_strided_",
+        "aten::t", "aten::t_", "aten::transpose", "aten::transpose_", "aten::permute", "aten::expand",
+        "aten::squeeze", "aten::squeeze_", "aten::unsqueeze", "aten::unsqueeze_", "aten::select",
+        "aten::slice", "aten::narrow", "aten::alias", "aten::detach", "aten::detach_", "aten::unfold",
+        "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::diagonal", "aten::view_as_real",
+        "aten::view_as_complex", "aten::lift_fresh", "aten::_nested_view_from_buffer", "aten::indices",
+        "aten::values",
+    ],
+    DataMovement: [
+        "aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from", "aten::_copy_from_and_resize",
+        "aten::cat", "aten::index_select", "aten::gather", "aten::flip", "aten::roll", "aten::repeat",
+        "aten::lift_fresh_copy", "aten::where", "aten::masked_fill", "aten::masked_fill_",
+    ],
+    Allocation: [
+        "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+        "aten::new_empty_strided", "aten::resize_", "aten::resize_as_", "aten::set_", "aten::empty_permuted",
+    ],
+    Creation: [
+        "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like", "aten::full", "aten::full_like",
+        "aten::fill_", "aten::zero_", "aten::new_zeros", "aten::new_ones", "aten::new_full",
+        "aten::scalar_tensor", "aten::arange", "aten::normal_", "aten::uniform_", "aten::random_",
+        "aten::randn", "aten::rand",
+    ],
+    Metadata: ["aten::size", "aten::stride", "aten::_local_scalar_dense", "aten::is_same_size"],
+};

@@ -1,0 +1,210 @@
+//! Matrix products. Convention (PyTorch's `torch/utils/flop_counter.py`): 2 FLOPs per
+//! multiply-accumulate; the added bias/input of `addmm`-style ops and `beta`/`alpha` scaling are
+//! not counted.
+
+use super::{dim, mul_all, require_tensor, FormulaError};
+use crate::args::Args;
+
+/// `mm(a[m,k], b[k,n])`: 2*m*k*n.
+pub fn mm(args: &Args) -> Result<u64, FormulaError> {
+    matrix_product(args, 0, 1)
+}
+
+/// `addmm(bias, a[m,k], b[k,n])`: 2*m*k*n, bias not counted.
+pub fn addmm(args: &Args) -> Result<u64, FormulaError> {
+    matrix_product(args, 1, 2)
+}
+
+/// `bmm(a[b,m,k], b[b,k,n])`: 2*b*m*k*n.
+pub fn bmm(args: &Args) -> Result<u64, FormulaError> {
+    batched_product(args, 0, 1)
+}
+
+/// `baddbmm(bias, a[b,m,k], b[b,k,n])`: 2*b*m*k*n, bias not counted.
+pub fn baddbmm(args: &Args) -> Result<u64, FormulaError> {
+    batched_product(args, 1, 2)
+}
+
+/// `addbmm(bias, a[b,m,k], b[b,k,n])`: the batch of products summed into one matrix; the
+/// reduction over the batch is the accumulate of the same multiply-accumulates: 2*b*m*k*n.
+pub fn addbmm(args: &Args) -> Result<u64, FormulaError> {
+    batched_product(args, 1, 2)
+}
+
+/// `mv(a[m,k], v[k])`: 2*m*k.
+pub fn mv(args: &Args) -> Result<u64, FormulaError> {
+    let a = require_tensor(args, 0)?;
+    mul_all(&[2, dim(&a, 0)?, dim(&a, 1)?])
+}
+
+/// `addmv(bias, a[m,k], v[k])`: 2*m*k, bias not counted.
+pub fn addmv(args: &Args) -> Result<u64, FormulaError> {
+    let a = require_tensor(args, 1)?;
+    mul_all(&[2, dim(&a, 0)?, dim(&a, 1)?])
+}
+
+/// `dot(a[k], b[k])` (and `vdot`): 2*k.
+pub fn dot(args: &Args) -> Result<u64, FormulaError> {
+    let a = require_tensor(args, 0)?;
+    mul_all(&[2, dim(&a, 0)?])
+}
+
+fn matrix_product(args: &Args, left: usize, right: usize) -> Result<u64, FormulaError> {
+    let a = require_tensor(args, left)?;
+    let b = require_tensor(args, right)?;
+    if a.dims.len() != 2 || b.dims.len() != 2 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    mul_all(&[2, dim(&a, 0)?, dim(&a, 1)?, dim(&b, 1)?])
+}
+
+fn batched_product(args: &Args, left: usize, right: usize) -> Result<u64, FormulaError> {
+    let a = require_tensor(args, left)?;
+    let b = require_tensor(args, right)?;
+    if a.dims.len() != 3 || b.dims.len() != 3 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    mul_all(&[2, dim(&a, 0)?, dim(&a, 1)?, dim(&a, 2)?, dim(&b, 2)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::build::*;
+    use crate::formulas::testing::with_args;
+
+    #[test]
+    fn mm_counts_two_per_multiply_accumulate() {
+        // [3,4] @ [4,5]: 3*5 outputs, 4 MACs each, 2 FLOPs per MAC = 120.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[3, 4]);
+                    tensor(s, &[4, 5]);
+                },
+                mm
+            ),
+            Ok(120)
+        );
+    }
+
+    #[test]
+    fn addmm_ignores_the_bias() {
+        // bias [5], [2,3] @ [3,5]: 2*2*3*5 = 60.
+        let f = with_args(
+            |s| {
+                tensor(s, &[5]);
+                tensor(s, &[2, 3]);
+                tensor(s, &[3, 5]);
+                int(s, 1);
+                int(s, 1);
+            },
+            addmm,
+        );
+        assert_eq!(f, Ok(60));
+    }
+
+    #[test]
+    fn bmm_and_baddbmm() {
+        // 7 x ([2,3] @ [3,4]) = 7 * 2*3*4*2 = 336.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[7, 2, 3]);
+                    tensor(s, &[7, 3, 4]);
+                },
+                bmm
+            ),
+            Ok(336)
+        );
+        let f = with_args(
+            |s| {
+                tensor(s, &[7, 2, 4]);
+                tensor(s, &[7, 2, 3]);
+                tensor(s, &[7, 3, 4]);
+            },
+            baddbmm,
+        );
+        assert_eq!(f, Ok(336));
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 4]);
+                tensor(s, &[7, 2, 3]);
+                tensor(s, &[7, 3, 4]);
+            },
+            addbmm,
+        );
+        assert_eq!(f, Ok(336));
+    }
+
+    #[test]
+    fn vector_products() {
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[6, 5]);
+                    tensor(s, &[5]);
+                },
+                mv
+            ),
+            Ok(60)
+        );
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[6]);
+                    tensor(s, &[6, 5]);
+                    tensor(s, &[5]);
+                },
+                addmv
+            ),
+            Ok(60)
+        );
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[9]);
+                    tensor(s, &[9]);
+                },
+                dot
+            ),
+            Ok(18)
+        );
+    }
+
+    #[test]
+    fn wrong_ranks_and_missing_tensors_are_errors() {
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[3]);
+                    tensor(s, &[3, 5]);
+                },
+                mm
+            ),
+            Err(FormulaError::UnexpectedShape)
+        );
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[3, 4]);
+                    none(s);
+                },
+                mm
+            ),
+            Err(FormulaError::MissingTensor(1))
+        );
+    }
+
+    #[test]
+    fn overflow_is_reported_not_wrapped() {
+        let f = with_args(
+            |s| {
+                tensor(s, &[1 << 30, 1 << 30]);
+                tensor(s, &[1 << 30, 1 << 30]);
+            },
+            mm,
+        );
+        assert_eq!(f, Err(FormulaError::Overflow));
+    }
+}

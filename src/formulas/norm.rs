@@ -1,0 +1,132 @@
+//! Normalization. Convention (fvcore's `batchnorm_flop_jit` / `norm_flop_counter`, per input
+//! element): training-mode normalization computes statistics and normalizes, 4 FLOPs per
+//! element, 5 with an affine weight; evaluation mode only normalizes with stored statistics,
+//! 1 FLOP per element, 2 with an affine weight. A backward pass costs twice the forward of the
+//! same mode (the input gradient, plus the reductions for the statistics and affine gradients),
+//! the usual backward = 2 x forward rule.
+
+use super::{mul, require_tensor, FormulaError};
+use crate::args::{Arg, Args};
+
+fn per_element(training: bool, affine: bool) -> u64 {
+    match (training, affine) {
+        (true, true) => 5,
+        (true, false) => 4,
+        (false, true) => 2,
+        (false, false) => 1,
+    }
+}
+
+fn has_tensor(args: &Args, index: usize) -> bool {
+    matches!(args.get(index), Some(Arg::Tensor(_)))
+}
+
+/// The first boolean argument at or after `from`: `training` in `native_batch_norm` and both
+/// `_native_batch_norm_legit` overloads (which differ in whether running stats are passed).
+fn first_bool(args: &Args, from: usize) -> Result<bool, FormulaError> {
+    (from..args.len()).find_map(|i| args.bool(i)).ok_or(FormulaError::MissingArgument(from))
+}
+
+/// `native_batch_norm(input, weight, bias, running_mean, running_var, training, ...)` and
+/// `_native_batch_norm_legit(input, weight, bias, [running_mean, running_var,] training, ...)`.
+pub fn batch_norm(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let training = first_bool(args, 3)?;
+    mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(training, has_tensor(args, 1)))
+}
+
+/// `_native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, ...)`.
+pub fn batch_norm_no_training(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(false, has_tensor(args, 1)))
+}
+
+/// `native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
+/// save_invstd, train, eps, output_mask)`: twice the forward of the same mode.
+pub fn batch_norm_backward(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 1)?;
+    let training = args.bool(7).ok_or(FormulaError::MissingArgument(7))?;
+    let forward = mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(training, has_tensor(args, 2)))?;
+    mul(forward, 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::build::*;
+    use crate::formulas::testing::with_args;
+
+    fn native(s: &mut Vec<i64>, x: &[i64], affine: bool, training: bool) {
+        tensor(s, x);
+        if affine {
+            tensor(s, &[x[1]]);
+            tensor(s, &[x[1]]);
+        } else {
+            none(s);
+            none(s);
+        }
+        tensor(s, &[x[1]]);
+        tensor(s, &[x[1]]);
+        boolean(s, training);
+        double(s, 0.1);
+        double(s, 1e-5);
+    }
+
+    #[test]
+    fn batch_norm_modes() {
+        // x[2,4,3,3] = 72 elements.
+        assert_eq!(with_args(|s| native(s, &[2, 4, 3, 3], true, true), batch_norm), Ok(360));
+        assert_eq!(with_args(|s| native(s, &[2, 4, 3, 3], false, true), batch_norm), Ok(288));
+        assert_eq!(with_args(|s| native(s, &[2, 4, 3, 3], true, false), batch_norm), Ok(144));
+        assert_eq!(with_args(|s| native(s, &[2, 4, 3, 3], false, false), batch_norm), Ok(72));
+    }
+
+    #[test]
+    fn legit_overload_without_running_stats() {
+        // _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps).
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 4, 3, 3]);
+                tensor(s, &[4]);
+                tensor(s, &[4]);
+                boolean(s, true);
+                double(s, 0.1);
+                double(s, 1e-5);
+            },
+            batch_norm,
+        );
+        assert_eq!(f, Ok(360));
+    }
+
+    #[test]
+    fn no_training_and_backward() {
+        let f = with_args(
+            |s| {
+                tensor(s, &[1, 8, 2, 2]);
+                tensor(s, &[8]);
+                tensor(s, &[8]);
+                tensor(s, &[8]);
+                tensor(s, &[8]);
+            },
+            batch_norm_no_training,
+        );
+        assert_eq!(f, Ok(64));
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 4, 3, 3]);
+                tensor(s, &[2, 4, 3, 3]);
+                tensor(s, &[4]);
+                tensor(s, &[4]);
+                tensor(s, &[4]);
+                tensor(s, &[4]);
+                tensor(s, &[4]);
+                boolean(s, true);
+                double(s, 1e-5);
+                bools(s, &[true, true, true]);
+            },
+            batch_norm_backward,
+        );
+        // 72 elements * 5 * 2 = 720.
+        assert_eq!(f, Ok(720));
+    }
+}

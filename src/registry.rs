@@ -1,0 +1,179 @@
+//! The table of live sessions. A session lives in one of [`MAX_SESSIONS`] slots; its handle
+//! packs the slot and a generation number, so a stale handle (or a late event from a thread
+//! that still carries a closed session's callback) can never reach the slot's next occupant.
+//!
+//! Each slot has its own mutex: sessions on different threads never contend. The shim calls
+//! [`on_op_start`] for every operator event; it never panics out (see `ffi.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::error::{Error, Result};
+use crate::report::FlopReport;
+use crate::session::{Config, Decision, OpEvent, Phase, Session};
+
+pub const MAX_SESSIONS: usize = 64;
+const SLOT_BITS: u32 = 6;
+
+enum State {
+    Open(Session),
+    /// Closed: no more events; waiting for the custom-formula results.
+    Closed(Session),
+}
+
+struct Slot {
+    generation: u64,
+    state: Option<State>,
+}
+
+static SLOTS: [Mutex<Slot>; MAX_SESSIONS] = [const { Mutex::new(Slot { generation: 0, state: None }) }; MAX_SESSIONS];
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A handle split into its parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle {
+    pub slot: usize,
+    pub generation: u64,
+}
+
+impl Handle {
+    pub fn pack(self) -> i64 {
+        ((self.generation << SLOT_BITS) | self.slot as u64) as i64
+    }
+
+    pub fn unpack(handle: i64) -> Result<Handle> {
+        if handle <= 0 {
+            return Err(Error::UnknownSession(handle));
+        }
+        let raw = handle as u64;
+        Ok(Handle { slot: (raw & ((1 << SLOT_BITS) - 1)) as usize, generation: raw >> SLOT_BITS })
+    }
+}
+
+fn lock(slot: usize) -> MutexGuard<'static, Slot> {
+    // A panic while holding the lock is caught at the FFI edge; the slot's data stays usable.
+    SLOTS[slot].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Opens a session; returns its handle and whether the shim must capture operator outputs.
+pub fn open(config: Config) -> Result<(Handle, bool)> {
+    let session = Session::new(config);
+    let needs_outputs = session.needs_outputs();
+    let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+    for (slot, cell) in SLOTS.iter().enumerate() {
+        let mut guard = match cell.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => continue,
+        };
+        if guard.state.is_none() {
+            guard.generation = generation;
+            guard.state = Some(State::Open(session));
+            return Ok((Handle { slot, generation }, needs_outputs));
+        }
+    }
+    Err(Error::TooManySessions(MAX_SESSIONS))
+}
+
+fn with_slot<T>(handle: i64, f: impl FnOnce(&mut Slot, i64) -> Result<T>) -> Result<T> {
+    let h = Handle::unpack(handle)?;
+    if h.slot >= MAX_SESSIONS {
+        return Err(Error::UnknownSession(handle));
+    }
+    let mut guard = lock(h.slot);
+    if guard.generation != h.generation || guard.state.is_none() {
+        return Err(Error::UnknownSession(handle));
+    }
+    f(&mut guard, handle)
+}
+
+/// Stops counting; returns the custom-formula calls to price (JSON, see `Session`).
+pub fn close(handle: i64) -> Result<String> {
+    with_slot(handle, |slot, handle| match slot.state.take() {
+        Some(State::Open(session)) => {
+            let pending = session.pending_custom_json();
+            slot.state = Some(State::Closed(session));
+            Ok(pending)
+        }
+        other => {
+            slot.state = other;
+            Err(Error::SessionClosed(handle))
+        }
+    })
+}
+
+/// Builds the report of a closed session and frees its slot.
+pub fn finish(handle: i64, custom: &[std::result::Result<u64, String>]) -> Result<FlopReport> {
+    with_slot(handle, |slot, handle| match slot.state.take() {
+        Some(State::Closed(session)) => session.into_report(custom),
+        other => {
+            slot.state = other;
+            Err(Error::SessionStillOpen(handle))
+        }
+    })
+}
+
+/// Frees a session's slot whatever its state (error paths). Unknown handles are ignored.
+pub fn discard(handle: i64) {
+    let _ = with_slot(handle, |slot, _| {
+        slot.state = None;
+        Ok(())
+    });
+}
+
+pub fn push_scope(handle: i64, label: &str) -> Result<()> {
+    with_slot(handle, |slot, handle| match &mut slot.state {
+        Some(State::Open(session)) => {
+            session.scopes_mut().push(label);
+            Ok(())
+        }
+        _ => Err(Error::SessionClosed(handle)),
+    })
+}
+
+pub fn pop_scope(handle: i64) -> Result<()> {
+    with_slot(handle, |slot, handle| match &mut slot.state {
+        Some(State::Open(session)) => {
+            if session.scopes_mut().pop() {
+                Ok(())
+            } else {
+                Err(Error::ScopeUnderflow(handle))
+            }
+        }
+        _ => Err(Error::SessionClosed(handle)),
+    })
+}
+
+/// An operator event for the session in `slot`, if it is still `generation`'s and open.
+pub fn on_op_start(
+    slot: usize,
+    generation: u64,
+    key: usize,
+    token: usize,
+    phase: Phase,
+    event: &dyn OpEvent,
+) -> Decision {
+    let Some(cell) = SLOTS.get(slot) else { return Decision::Descend };
+    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = &mut *guard;
+    match (&mut slot.state, slot.generation == generation) {
+        (Some(State::Open(session)), true) => session.on_op_start(key, token, phase, event),
+        _ => Decision::Skip,
+    }
+}
+
+/// The end of a custom-formula call.
+pub fn on_custom_end(slot: usize, generation: u64, token: usize, event: &dyn OpEvent) {
+    let Some(cell) = SLOTS.get(slot) else { return };
+    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.generation == generation {
+        if let Some(State::Open(session)) = &mut guard.state {
+            session.on_custom_end(token, event);
+        }
+    }
+}
+
+/// Sessions currently holding a slot (for leak checks in tests).
+pub fn live_sessions() -> usize {
+    (0..MAX_SESSIONS).filter(|&s| lock(s).state.is_some()).count()
+}

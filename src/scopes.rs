@@ -1,0 +1,178 @@
+//! Module attribution. Python's module hooks push and pop labels (`ResNet`,
+//! `ResNet.layer1.0.conv1`); each distinct stack of labels is one node of a tree, so an event
+//! adds its FLOPs to one node (no per-event walk up the stack), and the report folds the tree:
+//! a module's FLOPs include its children's, and a module that appears twice on one stack
+//! (recursion) is counted once.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::report::MetricResult;
+
+const ROOT: u32 = 0;
+
+struct Node {
+    label: u32,
+    parent: u32,
+    flops: u64,
+    overflowed: bool,
+    incomplete: bool,
+}
+
+pub struct ScopeTree {
+    labels: Vec<String>,
+    label_ids: HashMap<String, u32>,
+    nodes: Vec<Node>,
+    children: HashMap<(u32, u32), u32>,
+    stack: Vec<u32>,
+}
+
+impl Default for ScopeTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ScopeTree {
+    pub fn new() -> ScopeTree {
+        ScopeTree {
+            labels: Vec::new(),
+            label_ids: HashMap::new(),
+            nodes: vec![Node { label: u32::MAX, parent: ROOT, flops: 0, overflowed: false, incomplete: false }],
+            children: HashMap::new(),
+            stack: Vec::new(),
+        }
+    }
+
+    /// The node events are attributed to now.
+    pub fn current(&self) -> u32 {
+        self.stack.last().copied().unwrap_or(ROOT)
+    }
+
+    pub fn push(&mut self, label: &str) {
+        let label = match self.label_ids.get(label) {
+            Some(&id) => id,
+            None => {
+                let id = self.labels.len() as u32;
+                self.labels.push(label.to_string());
+                self.label_ids.insert(label.to_string(), id);
+                id
+            }
+        };
+        let parent = self.current();
+        let next = self.nodes.len() as u32;
+        let node = *self.children.entry((parent, label)).or_insert(next);
+        if node == next {
+            self.nodes.push(Node { label, parent, flops: 0, overflowed: false, incomplete: false });
+        }
+        self.stack.push(node);
+    }
+
+    /// `false` when there is nothing to pop.
+    pub fn pop(&mut self) -> bool {
+        self.stack.pop().is_some()
+    }
+
+    pub fn add_flops(&mut self, node: u32, flops: u64) {
+        let n = &mut self.nodes[node as usize];
+        match n.flops.checked_add(flops) {
+            Some(v) => n.flops = v,
+            None => n.overflowed = true,
+        }
+    }
+
+    pub fn mark_incomplete(&mut self, node: u32) {
+        self.nodes[node as usize].incomplete = true;
+    }
+
+    /// Inclusive FLOPs per label. Nodes are created after their parents, so one reverse pass
+    /// folds children into parents.
+    pub fn by_label(&self) -> BTreeMap<String, MetricResult> {
+        let n = self.nodes.len();
+        let mut flops: Vec<Option<u64>> = self.nodes.iter().map(|x| (!x.overflowed).then_some(x.flops)).collect();
+        let mut incomplete: Vec<bool> = self.nodes.iter().map(|x| x.incomplete).collect();
+        for i in (1..n).rev() {
+            let parent = self.nodes[i].parent as usize;
+            flops[parent] = match (flops[parent], flops[i]) {
+                (Some(a), Some(b)) => a.checked_add(b),
+                _ => None,
+            };
+            incomplete[parent] |= incomplete[i];
+        }
+        // Per label: sum over its outermost nodes (no ancestor with the same label).
+        let mut totals: BTreeMap<u32, (Option<u64>, bool)> = BTreeMap::new();
+        for i in 1..n {
+            let label = self.nodes[i].label;
+            if self.has_ancestor_labelled(i as u32, label) {
+                continue;
+            }
+            let entry = totals.entry(label).or_insert((Some(0), false));
+            entry.0 = match (entry.0, flops[i]) {
+                (Some(a), Some(b)) => a.checked_add(b),
+                _ => None,
+            };
+            entry.1 |= incomplete[i];
+        }
+        totals
+            .into_iter()
+            .map(|(label, (value, incomplete))| {
+                let metric = match value {
+                    Some(v) => MetricResult::from_count(v, incomplete, false, "module"),
+                    None => MetricResult::unavailable("module"),
+                };
+                (self.labels[label as usize].clone(), metric)
+            })
+            .collect()
+    }
+
+    fn has_ancestor_labelled(&self, node: u32, label: u32) -> bool {
+        let mut at = self.nodes[node as usize].parent;
+        while at != ROOT {
+            if self.nodes[at as usize].label == label {
+                return true;
+            }
+            at = self.nodes[at as usize].parent;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Status;
+
+    #[test]
+    fn parents_include_children_and_shared_modules_sum() {
+        let mut t = ScopeTree::new();
+        t.push("Net");
+        t.add_flops(t.current(), 1);
+        t.push("Net.block");
+        t.add_flops(t.current(), 10);
+        t.pop();
+        t.push("Net.block"); // the same module called twice
+        t.add_flops(t.current(), 100);
+        t.pop();
+        t.pop();
+        t.add_flops(t.current(), 1000); // outside every module: in no label
+        let m = t.by_label();
+        assert_eq!(m["Net"].value, Some(111));
+        assert_eq!(m["Net.block"].value, Some(110));
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn recursion_counts_once_and_incompleteness_propagates() {
+        let mut t = ScopeTree::new();
+        t.push("A");
+        t.push("A.b");
+        t.push("A"); // A called from inside its own child
+        t.add_flops(t.current(), 5);
+        t.mark_incomplete(t.current());
+        let m = t.by_label();
+        assert_eq!(m["A"].status, Status::Partial);
+        assert_eq!(m["A"].known_value, Some(5));
+        assert_eq!(m["A.b"].known_value, Some(5));
+        assert!(t.pop() && t.pop() && t.pop());
+        assert!(!t.pop());
+    }
+}

@@ -1,0 +1,860 @@
+//! One counting session: operator events in, counters out. This file is the counting rule of
+//! `architecture.md`:
+//! - an operator with a formula (or a caller's custom formula) **claims** its call: it is counted
+//!   once and the shim skips everything nested in it;
+//! - one on the ignore list costs zero, with its reason, and is skipped likewise;
+//! - one without a kernel of its own (a composite) is **transparent**: its children count;
+//! - any other operator is **uncounted**: the totals become partial and a diagnostic names it.
+//!   It is never assumed free because of what its children did, so its children are skipped too.
+//!
+//! The per-event path (`on_op_start`) allocates nothing once every operator was seen once: the
+//! operator cache is keyed by the address of the operator's name (stable for a registered
+//! schema) and the argument buffers are reused.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::args::{index_stream, Args};
+use crate::formulas::{self, Category, FormulaError, Rule};
+use crate::report::{
+    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, OperatorCount, Severity,
+    METHOD_NATIVE, SCHEMA_VERSION, TORCHSCAN_VERSION,
+};
+use crate::scopes::ScopeTree;
+
+/// What the shim learns about an operator the first time a session sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpDescription {
+    /// Qualified name, `aten::mm`.
+    pub name: String,
+    /// Whether a backend kernel (CPU, CUDA, ...) implements it directly, as opposed to a
+    /// composite made of other dispatched operators.
+    pub has_own_kernel: bool,
+    /// Schema arguments before the keyword-only ones (custom formulas receive these).
+    pub positional_args: usize,
+}
+
+/// The shim's view of one dispatcher event, read lazily: most events never need their inputs.
+pub trait OpEvent {
+    /// `None` when the event is not a dispatcher operator (an engine marker, a user scope).
+    fn describe(&self) -> Option<OpDescription>;
+    /// Appends the encoded inputs (see `args.rs`) to `out`.
+    fn read_inputs(&self, out: &mut Vec<i64>);
+    /// Appends the encoded outputs to `out`; only called after [`Decision::ClaimCapture`].
+    fn read_outputs(&self, out: &mut Vec<i64>);
+}
+
+/// What the shim does with the rest of the event: count its children or skip them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Decision {
+    /// Transparent (or not an operator): nested events are looked at.
+    Descend = 0,
+    /// Claimed, ignored or uncounted: nested events are skipped.
+    Skip = 1,
+    /// Claimed by a custom formula: skip nested events, and report the outputs at the end.
+    SkipCapture = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Forward = 0,
+    Backward = 1,
+}
+
+/// Options fixed when a session opens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub torch_version: String,
+    /// Qualified names of operators the caller counts with its own formulas.
+    pub custom_operators: Vec<String>,
+}
+
+impl Config {
+    /// Parses `{"torch_version": str, "custom_operators": [str, ...]}` (both optional).
+    pub fn from_json(text: &str) -> crate::error::Result<Config> {
+        use crate::error::Error;
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Error::BadConfig(format!("not JSON ({e})")))?;
+        let object = value.as_object().ok_or_else(|| Error::BadConfig("expected a JSON object".into()))?;
+        let mut config = Config::default();
+        for (key, v) in object {
+            match key.as_str() {
+                "torch_version" => {
+                    config.torch_version =
+                        v.as_str().ok_or_else(|| Error::BadConfig("torch_version must be a string".into()))?.to_string()
+                }
+                "custom_operators" => {
+                    let list =
+                        v.as_array().ok_or_else(|| Error::BadConfig("custom_operators must be a list".into()))?;
+                    for item in list {
+                        let name = item.as_str().filter(|n| n.contains("::") && !n.contains('.')).ok_or_else(|| {
+                            Error::BadConfig("custom_operators holds qualified names like aten::sin".into())
+                        })?;
+                        config.custom_operators.push(name.to_string());
+                    }
+                }
+                other => return Err(Error::BadConfig(format!("unknown key {other:?}"))),
+            }
+        }
+        Ok(config)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Formula(usize),
+    Ignored(usize),
+    Custom,
+    Transparent,
+    Uncounted,
+    /// torchscan's own operators: neither work nor something to report.
+    Internal,
+}
+
+/// Per distinct operator (qualified name) of this session.
+struct OpStats {
+    name: String,
+    class: Class,
+    positional_args: usize,
+    calls: u64,
+    flops: u64,
+    overflowed: bool,
+    formula_errors: u64,
+    first_error: Option<FormulaError>,
+}
+
+/// A custom-formula call waiting for its outputs (between start and end events).
+struct OpenCustomCall {
+    token: usize,
+    op: usize,
+    scope: u32,
+    phase: Phase,
+    inputs: Vec<i64>,
+}
+
+/// One distinct (operator, inputs, outputs) a custom formula must price.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Signature {
+    op: usize,
+    inputs: Vec<i64>,
+    outputs: Vec<i64>,
+}
+
+/// The stats of all overloads of one operator name, for the report.
+struct Merged {
+    class: Class,
+    calls: u64,
+    flops: u64,
+    overflowed: bool,
+    errors: u64,
+    first_error: Option<FormulaError>,
+}
+
+impl Default for Merged {
+    fn default() -> Self {
+        Merged { class: Class::Transparent, calls: 0, flops: 0, overflowed: false, errors: 0, first_error: None }
+    }
+}
+
+#[derive(Default)]
+struct Counter {
+    flops: u64,
+    incomplete: bool,
+    overflowed: bool,
+}
+
+impl Counter {
+    fn add(&mut self, flops: u64) {
+        match self.flops.checked_add(flops) {
+            Some(v) => self.flops = v,
+            None => self.overflowed = true,
+        }
+    }
+}
+
+pub struct Session {
+    config: Config,
+    ops: Vec<OpStats>,
+    op_by_name: HashMap<String, usize>,
+    /// Operator-name address -> index into `ops`; only dispatcher operators (stable addresses).
+    cache: HashMap<usize, usize>,
+    total: Counter,
+    phases: [Counter; 2],
+    backward_seen: bool,
+    categories: [u64; Category::ALL.len()],
+    scopes: ScopeTree,
+    stream: Vec<i64>,
+    offsets: Vec<usize>,
+    open_custom: Vec<OpenCustomCall>,
+    signatures: BTreeMap<Signature, usize>,
+    /// (signature, scope, phase) -> calls.
+    custom_calls: BTreeMap<(usize, u32, u8), u64>,
+}
+
+impl Session {
+    pub fn new(config: Config) -> Session {
+        Session {
+            config,
+            ops: Vec::new(),
+            op_by_name: HashMap::new(),
+            cache: HashMap::new(),
+            total: Counter::default(),
+            phases: [Counter::default(), Counter::default()],
+            backward_seen: false,
+            categories: [0; Category::ALL.len()],
+            scopes: ScopeTree::new(),
+            stream: Vec::with_capacity(64),
+            offsets: Vec::with_capacity(16),
+            open_custom: Vec::new(),
+            signatures: BTreeMap::new(),
+            custom_calls: BTreeMap::new(),
+        }
+    }
+
+    pub fn needs_outputs(&self) -> bool {
+        !self.config.custom_operators.is_empty()
+    }
+
+    pub fn scopes_mut(&mut self) -> &mut ScopeTree {
+        &mut self.scopes
+    }
+
+    /// An operator starts. `key` identifies the operator (its name's address); `token`
+    /// identifies the calling thread's frame, to pair a custom call's start with its end.
+    pub fn on_op_start(&mut self, key: usize, token: usize, phase: Phase, event: &dyn OpEvent) -> Decision {
+        let op = match self.cache.get(&key) {
+            Some(&op) => op,
+            None => match event.describe() {
+                Some(description) => {
+                    let op = self.intern(description);
+                    self.cache.insert(key, op);
+                    op
+                }
+                None => return Decision::Descend,
+            },
+        };
+        if phase == Phase::Backward {
+            self.backward_seen = true;
+        }
+        let scope = self.scopes.current();
+        let stats = &mut self.ops[op];
+        match stats.class {
+            Class::Transparent => Decision::Descend,
+            Class::Internal => Decision::Skip,
+            Class::Ignored(_) => {
+                stats.calls += 1;
+                Decision::Skip
+            }
+            Class::Uncounted => {
+                stats.calls += 1;
+                self.mark_incomplete(scope, phase);
+                Decision::Skip
+            }
+            Class::Formula(index) => {
+                stats.calls += 1;
+                self.stream.clear();
+                event.read_inputs(&mut self.stream);
+                let result = if index_stream(&self.stream, &mut self.offsets) {
+                    (formulas::FORMULAS[index].flops)(&Args::new(&self.stream, &self.offsets))
+                } else {
+                    Err(FormulaError::UnexpectedShape)
+                };
+                match result {
+                    Ok(flops) => self.count(op, formulas::FORMULAS[index].category, scope, phase, flops),
+                    Err(error) => {
+                        let stats = &mut self.ops[op];
+                        stats.formula_errors += 1;
+                        stats.first_error.get_or_insert(error);
+                        self.mark_incomplete(scope, phase);
+                    }
+                }
+                Decision::Skip
+            }
+            Class::Custom => {
+                stats.calls += 1;
+                let mut inputs = Vec::new();
+                event.read_inputs(&mut inputs);
+                self.open_custom.push(OpenCustomCall { token, op, scope, phase, inputs });
+                Decision::SkipCapture
+            }
+        }
+    }
+
+    /// The end of an event that returned [`Decision::SkipCapture`].
+    pub fn on_custom_end(&mut self, token: usize, event: &dyn OpEvent) {
+        let Some(at) = self.open_custom.iter().rposition(|c| c.token == token) else { return };
+        let call = self.open_custom.swap_remove(at);
+        let mut outputs = Vec::new();
+        event.read_outputs(&mut outputs);
+        let next = self.signatures.len();
+        let signature = Signature { op: call.op, inputs: call.inputs, outputs };
+        let id = *self.signatures.entry(signature).or_insert(next);
+        *self.custom_calls.entry((id, call.scope, call.phase as u8)).or_insert(0) += 1;
+    }
+
+    fn intern(&mut self, description: OpDescription) -> usize {
+        let class = self.classify(&description);
+        match self.op_by_name.get(&description.name) {
+            // Overloads share their operator's entry unless they are classified differently
+            // (a composite overload beside one with a kernel); the report merges them by name.
+            Some(&op) if self.ops[op].class == class => op,
+            _ => self.add_op(description, class),
+        }
+    }
+
+    fn add_op(&mut self, description: OpDescription, class: Class) -> usize {
+        let op = self.ops.len();
+        let existing = self.op_by_name.get(&description.name).copied();
+        self.ops.push(OpStats {
+            name: description.name.clone(),
+            class,
+            positional_args: description.positional_args,
+            calls: 0,
+            flops: 0,
+            overflowed: false,
+            formula_errors: 0,
+            first_error: None,
+        });
+        if existing.is_none() {
+            self.op_by_name.insert(description.name, op);
+        }
+        op
+    }
+
+    fn classify(&self, description: &OpDescription) -> Class {
+        let name = description.name.as_str();
+        if name.starts_with("torchscan::") {
+            return Class::Internal;
+        }
+        if self.config.custom_operators.iter().any(|c| c == name) {
+            return Class::Custom;
+        }
+        match formulas::lookup(name) {
+            Some(Rule::Formula(i)) => Class::Formula(i),
+            Some(Rule::Ignored(i)) => Class::Ignored(i),
+            None if description.has_own_kernel => Class::Uncounted,
+            None => Class::Transparent,
+        }
+    }
+
+    fn count(&mut self, op: usize, category: Category, scope: u32, phase: Phase, flops: u64) {
+        let stats = &mut self.ops[op];
+        match stats.flops.checked_add(flops) {
+            Some(v) => stats.flops = v,
+            None => stats.overflowed = true,
+        }
+        let slot = &mut self.categories[category as usize];
+        *slot = slot.checked_add(flops).unwrap_or(u64::MAX);
+        self.total.add(flops);
+        self.phases[phase as usize].add(flops);
+        self.scopes.add_flops(scope, flops);
+    }
+
+    fn mark_incomplete(&mut self, scope: u32, phase: Phase) {
+        self.total.incomplete = true;
+        self.phases[phase as usize].incomplete = true;
+        self.scopes.mark_incomplete(scope);
+    }
+
+    /// The custom-formula calls to price, as JSON: `[{"operator", "positional_args", "inputs",
+    /// "outputs"}]`, inputs and outputs in the `args.rs` encoding. Index = signature id.
+    pub fn pending_custom_json(&self) -> String {
+        let mut ordered: Vec<(&Signature, usize)> = self.signatures.iter().map(|(s, &i)| (s, i)).collect();
+        ordered.sort_by_key(|&(_, id)| id);
+        let list: Vec<serde_json::Value> = ordered
+            .into_iter()
+            .map(|(s, _)| {
+                serde_json::json!({
+                    "operator": packet_name(&self.ops[s.op].name),
+                    "positional_args": self.ops[s.op].positional_args,
+                    "inputs": decoded(&s.inputs),
+                    "outputs": decoded(&s.outputs),
+                })
+            })
+            .collect();
+        serde_json::Value::Array(list).to_string()
+    }
+
+    /// Builds the report. `custom` holds one entry per pending signature: its FLOPs per call,
+    /// or the name of the exception its formula raised.
+    pub fn into_report(mut self, custom: &[Result<u64, String>]) -> crate::error::Result<FlopReport> {
+        if custom.len() != self.signatures.len() {
+            return Err(crate::error::Error::BadCustomResults(format!(
+                "expected {} results, got {}",
+                self.signatures.len(),
+                custom.len()
+            )));
+        }
+        let mut custom_errors: BTreeMap<usize, (u64, String)> = BTreeMap::new();
+        let mut by_signature = vec![0usize; self.signatures.len()];
+        for (s, &id) in &self.signatures {
+            by_signature[id] = s.op;
+        }
+        let calls: Vec<((usize, u32, u8), u64)> = std::mem::take(&mut self.custom_calls).into_iter().collect();
+        for ((id, scope, phase), n) in calls {
+            let op = by_signature[id];
+            let phase = if phase == Phase::Backward as u8 { Phase::Backward } else { Phase::Forward };
+            match &custom[id] {
+                Ok(per_call) => match per_call.checked_mul(n) {
+                    Some(f) => self.count(op, Category::Custom, scope, phase, f),
+                    None => {
+                        self.ops[op].overflowed = true;
+                        self.total.overflowed = true;
+                    }
+                },
+                Err(exception) => {
+                    let entry = custom_errors.entry(op).or_insert((0, exception.clone()));
+                    entry.0 += n;
+                    self.mark_incomplete(scope, phase);
+                }
+            }
+        }
+        Ok(self.assemble(custom_errors))
+    }
+
+    fn assemble(self, custom_errors: BTreeMap<usize, (u64, String)>) -> FlopReport {
+        let mut by_operator = BTreeMap::new();
+        let mut ignored_operators = BTreeMap::new();
+        let mut diagnostics = Vec::new();
+        // Overloads share a name: merge their stats under the operator packet.
+        let mut merged: BTreeMap<&str, Merged> = BTreeMap::new();
+        for s in &self.ops {
+            let e = merged.entry(s.name.as_str()).or_insert(Merged { class: s.class, ..Merged::default() });
+            if s.class == Class::Uncounted {
+                e.class = Class::Uncounted;
+            }
+            e.calls += s.calls;
+            e.flops = e.flops.saturating_add(s.flops);
+            e.overflowed |= s.overflowed;
+            e.errors += s.formula_errors;
+            e.first_error = e.first_error.or(s.first_error);
+        }
+        for (name, m) in merged {
+            let Merged { class, calls, flops, overflowed, errors, first_error } = m;
+            let packet = packet_name(name);
+            match class {
+                Class::Formula(i) if calls > 0 && !overflowed => {
+                    by_operator.insert(
+                        packet.clone(),
+                        OperatorCount {
+                            calls: calls - errors,
+                            flops,
+                            category: formulas::FORMULAS[i].category.name().into(),
+                        },
+                    );
+                    if let Some(error) = first_error {
+                        diagnostics.push(op_diagnostic(
+                            "formula_error",
+                            Severity::Error,
+                            &packet,
+                            format!("{packet}: {errors} call(s) could not be counted: {}", error.describe()),
+                        ));
+                    }
+                }
+                Class::Formula(_) if overflowed => diagnostics.push(overflow_diagnostic(&packet)),
+                Class::Custom if calls > 0 => {
+                    let failed = custom_errors.get(&self.op_by_name[name]);
+                    if let Some((n, exception)) = failed {
+                        diagnostics.push(op_diagnostic(
+                            "custom_formula_error",
+                            Severity::Error,
+                            &packet,
+                            format!("the custom formula for {packet} raised {exception} on {n} call(s); their work is missing from the total"),
+                        ));
+                    }
+                    let counted = calls - failed.map_or(0, |e| e.0);
+                    if overflowed {
+                        diagnostics.push(overflow_diagnostic(&packet));
+                    } else if counted > 0 {
+                        by_operator
+                            .insert(packet.clone(), OperatorCount { calls: counted, flops, category: "custom".into() });
+                    }
+                }
+                Class::Ignored(i) if calls > 0 => {
+                    let reason = formulas::ignored::IGNORED[i].reason.name().to_string();
+                    ignored_operators.insert(packet, IgnoredCount { calls, reason });
+                }
+                Class::Uncounted if calls > 0 => {
+                    diagnostics.push(op_diagnostic(
+                        "uncounted_operator",
+                        Severity::Warning,
+                        &packet,
+                        format!(
+                            "{packet} ran {calls} time(s) and has no FLOP formula; its work is missing from the total"
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if self.total.overflowed {
+            diagnostics.push(Diagnostic {
+                code: "flop_overflow".into(),
+                severity: Severity::Error,
+                metric: "operator_flops".into(),
+                message: "the total FLOP count exceeds 2^64; it is reported as unavailable".into(),
+                path: None,
+                operator: None,
+            });
+        }
+        let mut by_category = BTreeMap::new();
+        for category in Category::ALL {
+            let flops = self.categories[category as usize];
+            if flops == u64::MAX {
+                continue; // overflowed: the flop_overflow diagnostic says so
+            }
+            if flops > 0 || by_operator.values().any(|o: &OperatorCount| o.category == category.name()) {
+                by_category.insert(category.name().to_string(), flops);
+            }
+        }
+        let mut by_phase = BTreeMap::new();
+        let phase_metric = |c: &Counter| MetricResult::from_count(c.flops, c.incomplete, c.overflowed, "phase");
+        by_phase.insert("forward".to_string(), phase_metric(&self.phases[0]));
+        if self.backward_seen {
+            by_phase.insert("backward".to_string(), phase_metric(&self.phases[1]));
+        }
+        FlopReport {
+            schema_version: SCHEMA_VERSION,
+            context: FlopContext {
+                torch_version: self.config.torch_version.clone(),
+                torchscan_version: TORCHSCAN_VERSION.to_string(),
+                method: METHOD_NATIVE.to_string(),
+            },
+            total: MetricResult::from_count(self.total.flops, self.total.incomplete, self.total.overflowed, "workload"),
+            by_module: self.scopes.by_label(),
+            by_operator,
+            by_category,
+            by_phase,
+            ignored_operators,
+            diagnostics,
+        }
+    }
+}
+
+/// An encoded argument stream as JSON for a custom formula: tensors as `{"shape": [...]}`,
+/// numbers and booleans as themselves, lists as lists, anything else as `null`.
+fn decoded(stream: &[i64]) -> serde_json::Value {
+    use crate::args::Arg;
+    use serde_json::{json, Value};
+    let mut offsets = Vec::new();
+    if !index_stream(stream, &mut offsets) {
+        return Value::Array(Vec::new());
+    }
+    let args = Args::new(stream, &offsets);
+    let shape = |dims: &[i64]| json!({ "shape": dims });
+    let values = (0..args.len()).map(|i| match args.get(i) {
+        Some(Arg::Tensor(t)) => shape(t.dims),
+        Some(Arg::Int(v)) => json!(v),
+        Some(Arg::Double(v)) => json!(v),
+        Some(Arg::Bool(v)) => json!(v),
+        Some(Arg::IntList(v)) => json!(v),
+        Some(Arg::BoolList(v)) => json!(v.iter().map(|&b| b != 0).collect::<Vec<_>>()),
+        Some(Arg::TensorList(n, mut rest)) => {
+            let mut list = Vec::with_capacity(n);
+            while list.len() < n && rest.len() >= 2 {
+                let ndim = rest[1].max(0) as usize;
+                list.push(shape(&rest[2..(2 + ndim).min(rest.len())]));
+                rest = &rest[(2 + ndim).min(rest.len())..];
+            }
+            Value::Array(list)
+        }
+        _ => Value::Null,
+    });
+    Value::Array(values.collect())
+}
+
+/// Parses the custom-formula results Python sends back: one entry per pending signature, a
+/// non-negative integer (FLOPs per call) or `{"error": "ExceptionName"}`.
+pub fn parse_custom_results(text: &str) -> crate::error::Result<Vec<Result<u64, String>>> {
+    use crate::error::Error;
+    let value: serde_json::Value = serde_json::from_str(if text.trim().is_empty() { "[]" } else { text })
+        .map_err(|e| Error::BadCustomResults(format!("not JSON ({e})")))?;
+    let list = value.as_array().ok_or_else(|| Error::BadCustomResults("expected a JSON list".into()))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            if let Some(n) = item.as_u64() {
+                return Ok(Ok(n));
+            }
+            match item.get("error").and_then(|e| e.as_str()) {
+                Some(name) => Ok(Err(name.to_string())),
+                None => Err(Error::BadCustomResults(format!(
+                    "entry {i} is neither a non-negative integer nor {{\"error\": name}}"
+                ))),
+            }
+        })
+        .collect()
+}
+
+fn op_diagnostic(code: &str, severity: Severity, packet: &str, message: String) -> Diagnostic {
+    Diagnostic {
+        code: code.into(),
+        severity,
+        metric: "operator_flops".into(),
+        message,
+        path: None,
+        operator: Some(packet.to_string()),
+    }
+}
+
+fn overflow_diagnostic(packet: &str) -> Diagnostic {
+    op_diagnostic(
+        "flop_overflow",
+        Severity::Error,
+        packet,
+        format!("the FLOPs of {packet} exceed 2^64; the totals that include them are unavailable"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::build::*;
+    use crate::report::Status;
+
+    /// A dispatcher call in a test: name (None: not an operator), kernel, inputs, children.
+    struct Call {
+        name: Option<&'static str>,
+        own_kernel: bool,
+        inputs: Vec<i64>,
+        outputs: Vec<i64>,
+        children: Vec<Call>,
+    }
+
+    fn op(name: &'static str, own_kernel: bool, build: impl FnOnce(&mut Vec<i64>), children: Vec<Call>) -> Call {
+        let mut inputs = Vec::new();
+        build(&mut inputs);
+        Call { name: Some(name), own_kernel, inputs, outputs: Vec::new(), children }
+    }
+
+    impl OpEvent for Call {
+        fn describe(&self) -> Option<OpDescription> {
+            self.name.map(|n| OpDescription {
+                name: n.to_string(),
+                has_own_kernel: self.own_kernel,
+                positional_args: 2,
+            })
+        }
+        fn read_inputs(&self, out: &mut Vec<i64>) {
+            out.extend_from_slice(&self.inputs);
+        }
+        fn read_outputs(&self, out: &mut Vec<i64>) {
+            out.extend_from_slice(&self.outputs);
+        }
+    }
+
+    /// Walks calls as `cpp/observer.cpp` does: children only after `Descend`. The key is the
+    /// name's address for operators (stable), the call's address otherwise (varies).
+    fn run(session: &mut Session, calls: &[Call], phase: Phase) {
+        for call in calls {
+            let key = match call.name {
+                Some(n) => n.as_ptr() as usize,
+                None => call as *const Call as usize,
+            };
+            match session.on_op_start(key, 1, phase, call) {
+                Decision::Descend => run(session, &call.children, phase),
+                Decision::Skip => {}
+                Decision::SkipCapture => session.on_custom_end(1, call),
+            }
+        }
+    }
+
+    fn mm_args(s: &mut Vec<i64>) {
+        tensor(s, &[3, 4]);
+        tensor(s, &[4, 5]);
+    }
+
+    fn report(session: Session) -> FlopReport {
+        session.into_report(&[]).unwrap()
+    }
+
+    #[test]
+    fn a_claimed_call_counts_once_and_hides_its_children() {
+        let mut s = Session::new(Config::default());
+        // linear (composite) -> t (view), addmm (formula) -> mm-like internals (skipped).
+        let calls = vec![op(
+            "aten::linear",
+            false,
+            |_| {},
+            vec![
+                op("aten::t", true, |_| {}, vec![]),
+                op(
+                    "aten::addmm",
+                    true,
+                    |a| {
+                        tensor(a, &[5]);
+                        mm_args(a);
+                    },
+                    vec![op("aten::mm", true, mm_args, vec![])],
+                ),
+            ],
+        )];
+        run(&mut s, &calls, Phase::Forward);
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(120, "workload"));
+        assert_eq!(r.by_operator.len(), 1);
+        assert_eq!(r.by_operator["aten.addmm"].flops, 120);
+        assert_eq!(r.ignored_operators["aten.t"].reason, "view");
+        assert!(r.diagnostics.is_empty());
+        assert_eq!(r.by_category["matmul"], 120);
+    }
+
+    #[test]
+    fn an_op_with_a_kernel_and_no_formula_is_uncounted_even_if_its_children_are_counted() {
+        let mut s = Session::new(Config::default());
+        let calls = vec![
+            op("aten::mm", true, mm_args, vec![]),
+            op("mylib::fused", true, |_| {}, vec![op("aten::mm", true, mm_args, vec![])]),
+            op("mylib::fused", true, |_| {}, vec![]),
+        ];
+        run(&mut s, &calls, Phase::Forward);
+        let r = report(s);
+        assert_eq!(r.total.status, Status::Partial);
+        assert_eq!(r.total.value, None);
+        assert_eq!(r.total.known_value, Some(120));
+        assert_eq!(r.diagnostics.len(), 1);
+        let d = &r.diagnostics[0];
+        assert_eq!((d.code.as_str(), d.operator.as_deref()), ("uncounted_operator", Some("mylib.fused")));
+        assert_eq!(d.message, "mylib.fused ran 2 time(s) and has no FLOP formula; its work is missing from the total");
+        assert_eq!(r.by_phase["forward"].status, Status::Partial);
+    }
+
+    #[test]
+    fn non_operator_events_are_transparent_and_never_cached() {
+        let mut s = Session::new(Config::default());
+        let calls = vec![Call {
+            name: None,
+            own_kernel: false,
+            inputs: vec![],
+            outputs: vec![],
+            children: vec![op("aten::mm", true, mm_args, vec![])],
+        }];
+        run(&mut s, &calls, Phase::Forward);
+        assert!(s.cache.len() == 1, "only aten::mm is cached");
+        assert_eq!(report(s).total.value, Some(120));
+    }
+
+    #[test]
+    fn phases_and_zero_work() {
+        let mut s = Session::new(Config::default());
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![]), op("aten::mm", true, mm_args, vec![])], Phase::Backward);
+        let r = report(s);
+        assert_eq!(r.by_phase["forward"].value, Some(120));
+        assert_eq!(r.by_phase["backward"].value, Some(240));
+        assert_eq!(r.total.value, Some(360));
+        assert_eq!(r.by_operator["aten.mm"].calls, 3);
+
+        let empty = report(Session::new(Config::default()));
+        assert_eq!(empty.total, MetricResult::complete(0, "workload"), "a true zero is complete");
+        assert!(!empty.by_phase.contains_key("backward"));
+    }
+
+    #[test]
+    fn formula_errors_make_the_total_partial_with_a_diagnostic() {
+        let mut s = Session::new(Config::default());
+        run(
+            &mut s,
+            &[op("aten::mm", true, |a| tensor(a, &[3, 4]), vec![]), op("aten::mm", true, mm_args, vec![])],
+            Phase::Forward,
+        );
+        let r = report(s);
+        assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(120)));
+        assert_eq!(r.diagnostics[0].code, "formula_error");
+        assert_eq!(r.diagnostics[0].message, "aten.mm: 1 call(s) could not be counted: tensor argument 1 is missing");
+        assert_eq!(r.by_operator["aten.mm"].calls, 1);
+    }
+
+    #[test]
+    fn overflowing_totals_are_unavailable_not_wrapped() {
+        let mut s = Session::new(Config::default());
+        let huge = |a: &mut Vec<i64>| {
+            tensor(a, &[1 << 20, 1 << 21]);
+            tensor(a, &[1 << 21, 1 << 20]);
+        };
+        // 2 * 2^20 * 2^21 * 2^20 = 2^62 per call; four calls exceed 2^64.
+        let calls: Vec<Call> = (0..4).map(|_| op("aten::mm", true, huge, vec![])).collect();
+        run(&mut s, &calls, Phase::Forward);
+        let r = report(s);
+        assert_eq!(r.total.status, Status::Unavailable);
+        assert!(r.diagnostics.iter().any(|d| d.code == "flop_overflow"));
+    }
+
+    #[test]
+    fn custom_formulas_claim_their_operator_and_are_priced_afterwards() {
+        let config =
+            Config { torch_version: "x".into(), custom_operators: vec!["aten::mm".into(), "mylib::fused".into()] };
+        let mut s = Session::new(config);
+        assert!(s.needs_outputs());
+        let mut fused = op("mylib::fused", true, mm_args, vec![op("aten::mm", true, mm_args, vec![])]);
+        tensor(&mut fused.outputs, &[3, 5]);
+        run(&mut s, &[fused], Phase::Forward);
+        run(&mut s, &[op("mylib::fused", true, mm_args, vec![])], Phase::Forward);
+        let pending: serde_json::Value = serde_json::from_str(&s.pending_custom_json()).unwrap();
+        assert_eq!(pending.as_array().unwrap().len(), 2, "two distinct signatures (outputs differ)");
+        assert_eq!(pending[0]["operator"], "mylib.fused");
+        assert_eq!(pending[0]["inputs"], serde_json::json!([{"shape": [3, 4]}, {"shape": [4, 5]}]));
+        assert_eq!(pending[0]["outputs"], serde_json::json!([{"shape": [3, 5]}]));
+        let r = s.into_report(&[Ok(7), Err("ZeroDivisionError".into())]).unwrap();
+        assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(7)));
+        assert_eq!(r.by_category["custom"], 7);
+        assert_eq!(r.diagnostics[0].code, "custom_formula_error");
+        assert!(r.diagnostics[0].message.contains("raised ZeroDivisionError on 1 call(s)"));
+    }
+
+    #[test]
+    fn custom_results_are_validated() {
+        let s = Session::new(Config::default());
+        assert!(matches!(s.into_report(&[Ok(1)]), Err(crate::error::Error::BadCustomResults(_))));
+        assert_eq!(
+            parse_custom_results("[3, {\"error\": \"TypeError\"}]").unwrap(),
+            vec![Ok(3), Err("TypeError".into())]
+        );
+        assert!(parse_custom_results("[-1]").is_err());
+        assert!(parse_custom_results("{}").is_err());
+        assert_eq!(parse_custom_results("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn config_parsing() {
+        let c = Config::from_json(r#"{"torch_version": "2.13.0", "custom_operators": ["aten::sin"]}"#).unwrap();
+        assert_eq!(c.custom_operators, vec!["aten::sin".to_string()]);
+        assert!(Config::from_json(r#"{"custom_operators": ["aten.sin.default"]}"#).is_err());
+        assert!(Config::from_json(r#"{"bogus": 1}"#).is_err());
+        assert!(Config::from_json("[").is_err());
+        assert_eq!(Config::from_json("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn overloads_with_different_kernels_are_classified_separately() {
+        let mut s = Session::new(Config::default());
+        let composite = "mylib::thing";
+        let with_kernel = String::from("mylib::thing"); // another overload: another address
+        let a = op(composite, false, |_| {}, vec![op("aten::mm", true, mm_args, vec![])]);
+        s.on_op_start(composite.as_ptr() as usize, 1, Phase::Forward, &a);
+        let b =
+            Call { name: Some("mylib::thing"), own_kernel: true, inputs: vec![], outputs: vec![], children: vec![] };
+        assert_eq!(s.on_op_start(with_kernel.as_ptr() as usize, 1, Phase::Forward, &b), Decision::Skip);
+        let r = report(s);
+        assert_eq!(r.total.status, Status::Partial);
+    }
+
+    #[test]
+    fn reports_are_deterministic() {
+        let build = || {
+            let mut s = Session::new(Config::default());
+            s.scopes_mut().push("Net");
+            run(
+                &mut s,
+                &[op("aten::mm", true, mm_args, vec![]), op("aten::view", true, |_| {}, vec![])],
+                Phase::Forward,
+            );
+            serde_json::to_string(&report(s)).unwrap()
+        };
+        assert_eq!(build(), build());
+        assert!(build().contains(r#""by_module":{"Net":{"status":"complete","value":120"#));
+    }
+}

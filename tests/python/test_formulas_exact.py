@@ -1,0 +1,129 @@
+"""Hand-computed FLOPs of single operators, and agreement with FlopCounterMode where it is right."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchscan
+from helpers import fcm_total
+
+
+def flops(workload):
+    report = torchscan.measure_flops(workload)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    return report["total"]["value"]
+
+
+def test_matrix_products():
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    assert flops(lambda: a @ b) == 2 * 3 * 4 * 5 == 120
+    assert flops(lambda: torch.addmm(torch.randn(5), a, b)) == 120
+    x, y = torch.randn(7, 2, 3), torch.randn(7, 3, 4)
+    assert flops(lambda: torch.bmm(x, y)) == 2 * 7 * 2 * 3 * 4 == 336
+    assert flops(lambda: torch.baddbmm(torch.randn(7, 2, 4), x, y)) == 336
+    # linear: composite -> addmm; weight [6,4] on [3,4]: 2*3*4*6.
+    w, bias = torch.randn(6, 4), torch.randn(6)
+    assert flops(lambda: F.linear(a, w, bias)) == 144
+    # matmul of batched 4-d tensors reaches bmm through views.
+    p, q = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 5, 6)
+    assert flops(lambda: p @ q) == 2 * 6 * 4 * 5 * 6 == 1440
+    assert flops(lambda: torch.mv(a, torch.randn(4))) == 24
+    assert flops(lambda: torch.dot(torch.randn(9), torch.randn(9))) == 18
+
+
+@pytest.mark.parametrize(
+    "make, shape, expected",
+    [
+        # Conv2d(3,64,7,s2,p3) on 224: out 112 -> 2*64*3*49*112*112
+        (lambda: torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), (1, 3, 224, 224), 236_027_904),
+        # grouped, dilated: w[8,2,3,3], out 6x6 -> 2*2*8*2*9*36
+        (lambda: torch.nn.Conv2d(8, 8, 3, dilation=2, groups=4), (2, 8, 10, 10), 20_736),
+        # 1-d, stride 2: out 4 -> 2*1*6*4*3*4
+        (lambda: torch.nn.Conv1d(4, 6, 3, stride=2), (1, 4, 9), 576),
+        # 3-d, padding 1: out 5^3 -> 2*1*3*2*8*125
+        (lambda: torch.nn.Conv3d(2, 3, 2, padding=1), (1, 2, 4, 4, 4), 12_000),
+        # transposed: each of 25 inputs meets 9 taps for 4*3 channel pairs -> 2*4*3*9*25
+        (lambda: torch.nn.ConvTranspose2d(4, 3, 3, stride=2), (1, 4, 5, 5), 5_400),
+        # grouped transposed: w[4,1,3,3] with groups 2 (C_out 2): 2*25*9*4*1
+        (lambda: torch.nn.ConvTranspose2d(4, 2, 3, groups=2), (1, 4, 5, 5), 1_800),
+    ],
+)
+def test_convolution_forward(make, shape, expected):
+    conv = make()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        report = torchscan.measure_flops(lambda: conv(x))
+    assert report["by_category"]["conv"] == expected
+    with torch.no_grad():
+        assert fcm_total(lambda: conv(x)) == expected  # PyTorch agrees on forward
+
+
+def test_grouped_convolution_backward_is_not_multiplied_by_groups():
+    """FlopCounterMode multiplies the grouped weight gradient by `groups`; we count the work."""
+    conv = torch.nn.Conv2d(8, 16, 3, padding=1, groups=4, bias=False)
+    x = torch.randn(2, 8, 10, 10, requires_grad=True)
+    forward = 2 * 2 * 16 * 2 * 9 * 100  # 115_200
+    report = torchscan.measure_flops(lambda: conv(x).sum().backward())
+    assert report["by_category"]["conv"] == forward * 3  # forward + grad input + grad weight
+    assert report["by_phase"]["backward"]["status"] == "complete"
+    pytorch = fcm_total(lambda: conv(x).sum().backward())
+    assert pytorch == forward + forward + forward * 4  # its weight-gradient term x groups
+    assert pytorch - report["by_category"]["conv"] == forward * (4 - 1)
+
+
+def test_ungrouped_convolution_backward_agrees_with_pytorch():
+    conv = torch.nn.Conv2d(3, 5, 3, stride=2)
+    x = torch.randn(2, 3, 9, 9, requires_grad=True)
+    report = torchscan.measure_flops(lambda: conv(x).sum().backward())
+    assert report["by_category"]["conv"] == fcm_total(lambda: conv(x).sum().backward())
+    # out 4x4: forward 2*2*5*3*9*16 = 8640; with both gradients: 3 * 8640.
+    assert report["by_category"]["conv"] == 3 * 8640
+
+
+def test_cpu_attention_is_counted_where_flop_counter_mode_sees_nothing():
+    q, k, v = torch.randn(2, 4, 8, 16), torch.randn(2, 4, 10, 16), torch.randn(2, 4, 10, 16)
+    report = torchscan.measure_flops(lambda: F.scaled_dot_product_attention(q, k, v))
+    # scores 2*8*8*10*16 + values 2*8*8*10*16 = 40_960
+    assert report["total"] == {
+        "status": "complete",
+        "value": 40_960,
+        "known_value": 40_960,
+        "unit": "flops",
+        "scope": "workload",
+        "method": "torchscan_native_dispatch",
+    }
+    assert report["by_operator"]["aten._scaled_dot_product_flash_attention_for_cpu"]["flops"] == 40_960
+    assert fcm_total(lambda: F.scaled_dot_product_attention(q, k, v)) == 0
+
+
+def test_cpu_attention_backward():
+    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
+    report = torchscan.measure_flops(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
+    ops = report["by_operator"]
+    # backward: 2*B*s_q*s_k*(3*d_q + 2*d_v) = 2*8*8*8*(48+32)
+    assert ops["aten._scaled_dot_product_flash_attention_for_cpu_backward"]["flops"] == 81_920
+    assert report["total"]["status"] == "complete"
+
+
+def test_math_attention_path_with_softmax():
+    """Different value width: the math path (bmm, softmax) runs, and is counted in full."""
+    q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 3)
+    report = torchscan.measure_flops(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    # bmm: 2*2*4*6*8 + 2*2*4*6*3 = 768 + 288; softmax 5 per score element: 5*2*4*6 = 240.
+    assert report["by_category"]["matmul"] == 1056
+    assert report["by_category"]["softmax"] == 240
+    assert report["by_category"]["matmul"] == fcm_total(lambda: F.scaled_dot_product_attention(q, k, v))
+
+
+def test_pointwise_reduction_norm_pool_conventions():
+    x = torch.randn(2, 4, 6, 6)
+    assert flops(lambda: torch.relu(x)) == 288
+    assert flops(lambda: x + torch.randn(4, 1, 1)) == 288  # broadcast output elements
+    assert flops(lambda: x.mean()) == 288
+    assert flops(lambda: F.max_pool2d(x, 3, 2, 1)) == 2 * 4 * 3 * 3 * 9  # outputs x window
+    # 6 -> 4 adaptive windows [0,2) [1,3) [3,5) [4,6): 8 visits per dimension, 64 per channel.
+    assert flops(lambda: F.adaptive_avg_pool2d(x, 4)) == 2 * 4 * 64
+    bn = torch.nn.BatchNorm2d(4).eval()
+    with torch.no_grad():
+        assert flops(lambda: bn(x)) == 2 * 288  # eval, affine: 2 per element

@@ -1,0 +1,56 @@
+"""Loading the native library, and the report helpers importable from torchscan.report."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchscan
+from torchscan.report import metric_result
+
+
+def test_library_refuses_another_torch_with_both_versions_named(tmp_path):
+    package = Path(torchscan.__file__).parent
+    copy = tmp_path / "torchscan"
+    shutil.copytree(package, copy)
+    (copy / "_lib" / "build_info.json").write_text(json.dumps({"torch_version": "2.1.0"}))
+    probe = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import torchscan"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: torchscan's native library was built against torch 2.1.0")
+    assert f"but torch {torch.__version__} is installed" in last
+
+
+def test_library_records_the_torch_it_was_built_against():
+    assert torch.ops.torchscan.torch_version() == torch.__version__.split("+")[0]
+
+
+def test_metric_result_invariants():
+    m = metric_result(status="complete", unit="flops", scope="workload", method="x", value=5)
+    assert m == {
+        "status": "complete",
+        "value": 5,
+        "known_value": 5,
+        "unit": "flops",
+        "scope": "workload",
+        "method": "x",
+    }
+    assert metric_result(status="partial", unit="u", scope="s", method="m", known_value=3)["value"] is None
+    assert metric_result(status="unavailable", unit="u", scope="s", method="m")["known_value"] is None
+    bad = [
+        ({"status": "complete"}, "needs a numeric value"),
+        ({"status": "complete", "value": 2, "known_value": 1}, "known_value == value"),
+        ({"status": "partial", "value": 1, "known_value": 1}, "has no value"),
+        ({"status": "partial"}, "numeric known_value"),
+        ({"status": "unavailable", "known_value": 0}, "neither value nor known_value"),
+        ({"status": "done", "value": 1}, "status must be one of complete, partial, unavailable, got 'done'"),
+        ({"status": "complete", "value": True}, "needs a numeric value"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            metric_result(unit="u", scope="s", method="m", **kwargs)
