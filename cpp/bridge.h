@@ -19,9 +19,10 @@ struct OpEvent {
   const at::RecordFunction* fn;
 };
 
-// All three are noexcept: an exception must never cross into Rust.
+// All three are noexcept: an exception must never cross into Rust. The encoded arguments live
+// in a thread-local buffer, valid until the next read on the same thread.
 EventDescription describe(const OpEvent& event) noexcept;
-void read_inputs(const OpEvent& event, rust::Vec<int64_t>& out) noexcept;
-void read_outputs(const OpEvent& event, rust::Vec<int64_t>& out) noexcept;
+rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept;
+rust::Slice<const int64_t> read_outputs(const OpEvent& event) noexcept;
 
 }  // namespace torchscan::ffi

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <atomic>
 #include <utility>
+#include <vector>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -32,8 +33,13 @@ constexpr int64_t kBoolList = static_cast<int64_t>(ArgTag::BoolList);
 constexpr int64_t kTensorList = static_cast<int64_t>(ArgTag::TensorList);
 constexpr int64_t kOther = static_cast<int64_t>(ArgTag::Other);
 
+using Buffer = std::vector<int64_t>;
+
+// One per thread: reused, so encoding arguments allocates only while it grows.
+thread_local Buffer t_buffer;
+
 // (dtype, ndim, sizes...) of a defined, strided-or-sparse tensor; false for the others.
-bool push_tensor_record(const at::Tensor& t, rust::Vec<int64_t>& out) {
+bool push_tensor_record(const at::Tensor& t, Buffer& out) {
   if (!t.defined() || t.is_nested()) return false;
   auto sizes = t.sizes();
   out.push_back(static_cast<int64_t>(t.scalar_type()));
@@ -42,11 +48,11 @@ bool push_tensor_record(const at::Tensor& t, rust::Vec<int64_t>& out) {
   return true;
 }
 
-void encode(const c10::IValue& v, rust::Vec<int64_t>& out) {
+void encode(const c10::IValue& v, Buffer& out) {
   if (v.isTensor()) {
     out.push_back(kTensor);
     if (!push_tensor_record(v.toTensor(), out)) {
-      out.truncate(out.size() - 1);
+      out.pop_back();
       out.push_back(v.toTensor().defined() ? kOther : kNone);
     }
   } else if (v.isInt()) {
@@ -90,7 +96,7 @@ void encode(const c10::IValue& v, rust::Vec<int64_t>& out) {
     for (const at::Tensor& t : list) {
       if (!push_tensor_record(t, out)) {
         // A list with undefined or nested tensors has no shape list to offer.
-        out.truncate(start);
+        out.resize(start);
         out.push_back(kOther);
         return;
       }
@@ -146,22 +152,26 @@ EventDescription describe(const OpEvent& event) noexcept {
   return d;
 }
 
-void read_inputs(const OpEvent& event, rust::Vec<int64_t>& out) noexcept {
-  size_t start = out.size();
+rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept {
+  Buffer& out = t_buffer;
+  out.clear();
   try {
     for (const auto& v : event.fn->inputs()) encode(v, out);
   } catch (...) {
-    out.truncate(start);  // an empty stream: the formula reports the missing arguments
+    out.clear();  // an empty stream: the formula reports the missing arguments
   }
+  return {out.data(), out.size()};
 }
 
-void read_outputs(const OpEvent& event, rust::Vec<int64_t>& out) noexcept {
-  size_t start = out.size();
+rust::Slice<const int64_t> read_outputs(const OpEvent& event) noexcept {
+  Buffer& out = t_buffer;
+  out.clear();
   try {
     for (const auto& v : event.fn->outputs()) encode(v, out);
   } catch (...) {
-    out.truncate(start);
+    out.clear();
   }
+  return {out.data(), out.size()};
 }
 
 }  // namespace torchscan::ffi
@@ -180,6 +190,7 @@ struct ThreadSlot {
   int64_t depth = 0;
   int64_t skip_from = 0;
   int64_t backward_from = 0;
+  int64_t backward_sequence = -1;  // the enclosing autograd node's sequence number
   bool capture = false;
 };
 thread_local std::array<ThreadSlot, kSlots> t_slots;
@@ -200,13 +211,18 @@ void on_start(std::size_t slot, const at::RecordFunction& fn) {
   if (st->skip_from != 0) return;  // inside a claimed, ignored or uncounted operator
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     // An autograd node, not an operator: what runs inside it is backward work.
-    if (st->backward_from == 0) st->backward_from = st->depth;
+    if (st->backward_from == 0) {
+      st->backward_from = st->depth;
+      st->backward_sequence = fn.seqNr();
+    }
     return;
   }
   ffi::OpEvent event{&fn};
   auto key = reinterpret_cast<std::size_t>(fn.name());
   auto token = reinterpret_cast<std::size_t>(st);
-  uint8_t decision = ffi::on_op_start(slot, generation, key, token, st->backward_from != 0, event);
+  bool backward = st->backward_from != 0;
+  int64_t sequence = backward ? st->backward_sequence : fn.seqNr();
+  uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence, event);
   if (decision != 0) {
     st->skip_from = st->depth;
     st->capture = decision == 2;

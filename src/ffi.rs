@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::args;
 use crate::registry;
-use crate::session::{Config, Decision, OpDescription, Phase};
+use crate::session::{Config, Decision, OpCall, OpDescription, Phase};
 
 #[cxx::bridge(namespace = "torchscan::ffi")]
 mod bridge {
@@ -50,7 +50,15 @@ mod bridge {
         fn pop_scope(handle: i64) -> Result<()>;
         fn live_sessions() -> usize;
         fn max_sessions() -> usize;
-        fn on_op_start(slot: usize, generation: u64, key: usize, token: usize, backward: bool, event: &OpEvent) -> u8;
+        fn on_op_start(
+            slot: usize,
+            generation: u64,
+            key: usize,
+            token: usize,
+            backward: bool,
+            sequence: i64,
+            event: &OpEvent,
+        ) -> u8;
         fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent);
     }
 
@@ -58,8 +66,9 @@ mod bridge {
         include!("torchscan/cpp/bridge.h");
         type OpEvent;
         fn describe(event: &OpEvent) -> EventDescription;
-        fn read_inputs(event: &OpEvent, out: &mut Vec<i64>);
-        fn read_outputs(event: &OpEvent, out: &mut Vec<i64>);
+        /// The encoded inputs, in a thread-local buffer valid until the next read on this thread.
+        fn read_inputs(event: &OpEvent) -> &[i64];
+        fn read_outputs(event: &OpEvent) -> &[i64];
     }
 }
 
@@ -135,18 +144,27 @@ impl crate::session::OpEvent for Event<'_> {
     }
 
     fn read_inputs(&self, out: &mut Vec<i64>) {
-        bridge::read_inputs(self.0, out);
+        out.extend_from_slice(bridge::read_inputs(self.0));
     }
 
     fn read_outputs(&self, out: &mut Vec<i64>) {
-        bridge::read_outputs(self.0, out);
+        out.extend_from_slice(bridge::read_outputs(self.0));
     }
 }
 
-fn on_op_start(slot: usize, generation: u64, key: usize, token: usize, backward: bool, event: &OpEvent) -> u8 {
+fn on_op_start(
+    slot: usize,
+    generation: u64,
+    key: usize,
+    token: usize,
+    backward: bool,
+    sequence: i64,
+    event: &OpEvent,
+) -> u8 {
     let phase = if backward { Phase::Backward } else { Phase::Forward };
+    let call = OpCall { key, token, phase, sequence };
     // On a panic (a bug), skip the event's children: never count anything twice.
-    catch_unwind(AssertUnwindSafe(|| registry::on_op_start(slot, generation, key, token, phase, &Event(event))))
+    catch_unwind(AssertUnwindSafe(|| registry::on_op_start(slot, generation, call, &Event(event))))
         .unwrap_or(Decision::Skip) as u8
 }
 

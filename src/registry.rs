@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::report::FlopReport;
-use crate::session::{Config, Decision, OpEvent, Phase, Session};
+use crate::session::{Config, Decision, OpCall, OpEvent, Session};
 
 pub const MAX_SESSIONS: usize = 64;
 const SLOT_BITS: u32 = 6;
@@ -145,19 +145,12 @@ pub fn pop_scope(handle: i64) -> Result<()> {
 }
 
 /// An operator event for the session in `slot`, if it is still `generation`'s and open.
-pub fn on_op_start(
-    slot: usize,
-    generation: u64,
-    key: usize,
-    token: usize,
-    phase: Phase,
-    event: &dyn OpEvent,
-) -> Decision {
+pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent) -> Decision {
     let Some(cell) = SLOTS.get(slot) else { return Decision::Descend };
     let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
     let slot = &mut *guard;
     match (&mut slot.state, slot.generation == generation) {
-        (Some(State::Open(session)), true) => session.on_op_start(key, token, phase, event),
+        (Some(State::Open(session)), true) => session.on_op_start(call, event),
         _ => Decision::Skip,
     }
 }

@@ -24,6 +24,8 @@ pub struct ScopeTree {
     nodes: Vec<Node>,
     children: HashMap<(u32, u32), u32>,
     stack: Vec<u32>,
+    /// (autograd sequence number, node) of forward calls made inside a module, ascending.
+    sequences: Vec<(i64, u32)>,
 }
 
 impl Default for ScopeTree {
@@ -40,6 +42,7 @@ impl ScopeTree {
             nodes: vec![Node { label: u32::MAX, parent: ROOT, flops: 0, overflowed: false, incomplete: false }],
             children: HashMap::new(),
             stack: Vec::new(),
+            sequences: Vec::new(),
         }
     }
 
@@ -65,6 +68,31 @@ impl ScopeTree {
             self.nodes.push(Node { label, parent, flops: 0, overflowed: false, incomplete: false });
         }
         self.stack.push(node);
+    }
+
+    /// Remembers that the forward call with autograd `sequence` ran in `node`. Sequence numbers
+    /// grow with each autograd node a thread creates, so this is an append in the steady state.
+    pub fn remember_sequence(&mut self, sequence: i64, node: u32) {
+        if sequence < 0 || node == ROOT {
+            return;
+        }
+        match self.sequences.last() {
+            Some(&(last, _)) if last == sequence => {}
+            Some(&(last, _)) if last > sequence => {
+                if let Err(at) = self.sequences.binary_search_by_key(&sequence, |&(s, _)| s) {
+                    self.sequences.insert(at, (sequence, node));
+                }
+            }
+            _ => self.sequences.push((sequence, node)),
+        }
+    }
+
+    /// The node whose forward call created the autograd node `sequence`; the root if none.
+    pub fn scope_of_sequence(&self, sequence: i64) -> u32 {
+        match self.sequences.binary_search_by_key(&sequence, |&(s, _)| s) {
+            Ok(at) => self.sequences[at].1,
+            Err(_) => ROOT,
+        }
     }
 
     /// `false` when there is nothing to pop.

@@ -61,6 +61,20 @@ pub enum Phase {
     Backward = 1,
 }
 
+/// Where an operator event comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpCall {
+    /// Identifies the operator: the address of its schema's name (stable while registered).
+    pub key: usize,
+    /// Identifies the calling thread's frame: pairs a custom call's start with its end.
+    pub token: usize,
+    pub phase: Phase,
+    /// Autograd sequence number: in forward, the one the autograd node this call creates will
+    /// carry (negative when none); in backward, the enclosing node's. It attributes backward
+    /// work to the module whose forward created the node.
+    pub sequence: i64,
+}
+
 /// Options fixed when a session opens.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
@@ -222,9 +236,9 @@ impl Session {
         &mut self.scopes
     }
 
-    /// An operator starts. `key` identifies the operator (its name's address); `token`
-    /// identifies the calling thread's frame, to pair a custom call's start with its end.
-    pub fn on_op_start(&mut self, key: usize, token: usize, phase: Phase, event: &dyn OpEvent) -> Decision {
+    /// An operator starts.
+    pub fn on_op_start(&mut self, call: OpCall, event: &dyn OpEvent) -> Decision {
+        let OpCall { key, token, phase, sequence } = call;
         let op = match self.cache.get(&key) {
             Some(&op) => op,
             None => match event.describe() {
@@ -236,10 +250,17 @@ impl Session {
                 None => return Decision::Descend,
             },
         };
-        if phase == Phase::Backward {
-            self.backward_seen = true;
-        }
-        let scope = self.scopes.current();
+        let scope = match phase {
+            Phase::Forward => {
+                let scope = self.scopes.current();
+                self.scopes.remember_sequence(sequence, scope);
+                scope
+            }
+            Phase::Backward => {
+                self.backward_seen = true;
+                self.scopes.scope_of_sequence(sequence)
+            }
+        };
         let stats = &mut self.ops[op];
         match stats.class {
             Class::Transparent => Decision::Descend,
@@ -654,7 +675,7 @@ mod tests {
                 Some(n) => n.as_ptr() as usize,
                 None => call as *const Call as usize,
             };
-            match session.on_op_start(key, 1, phase, call) {
+            match session.on_op_start(OpCall { key, token: 1, phase, sequence: -1 }, call) {
                 Decision::Descend => run(session, &call.children, phase),
                 Decision::Skip => {}
                 Decision::SkipCapture => session.on_custom_end(1, call),
@@ -834,12 +855,34 @@ mod tests {
         let composite = "mylib::thing";
         let with_kernel = String::from("mylib::thing"); // another overload: another address
         let a = op(composite, false, |_| {}, vec![op("aten::mm", true, mm_args, vec![])]);
-        s.on_op_start(composite.as_ptr() as usize, 1, Phase::Forward, &a);
+        let at = |key: &str| OpCall { key: key.as_ptr() as usize, token: 1, phase: Phase::Forward, sequence: -1 };
+        s.on_op_start(at(composite), &a);
         let b =
             Call { name: Some("mylib::thing"), own_kernel: true, inputs: vec![], outputs: vec![], children: vec![] };
-        assert_eq!(s.on_op_start(with_kernel.as_ptr() as usize, 1, Phase::Forward, &b), Decision::Skip);
+        assert_eq!(s.on_op_start(at(&with_kernel), &b), Decision::Skip);
         let r = report(s);
         assert_eq!(r.total.status, Status::Partial);
+    }
+
+    #[test]
+    fn backward_work_is_attributed_to_the_module_that_created_the_node() {
+        let mut s = Session::new(Config::default());
+        let mm = op("aten::mm", true, mm_args, vec![]);
+        let key = "aten::mm".as_ptr() as usize;
+        s.scopes_mut().push("Net");
+        s.scopes_mut().push("Net.fc");
+        s.on_op_start(OpCall { key, token: 1, phase: Phase::Forward, sequence: 7 }, &mm);
+        s.scopes_mut().pop();
+        s.on_op_start(OpCall { key, token: 1, phase: Phase::Forward, sequence: 9 }, &mm);
+        s.scopes_mut().pop();
+        // Backward runs outside every module call: nodes 7 and 9 find their modules again.
+        s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 9 }, &mm);
+        s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 7 }, &mm);
+        s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 8 }, &mm);
+        let r = report(s);
+        assert_eq!(r.by_module["Net.fc"].value, Some(240));
+        assert_eq!(r.by_module["Net"].value, Some(480));
+        assert_eq!(r.total.value, Some(600));
     }
 
     #[test]

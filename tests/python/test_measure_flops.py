@@ -7,6 +7,7 @@ import pytest
 import torch
 import torchvision
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 import torchscan
 from helpers import fcm_comparable, fcm_total
@@ -53,6 +54,25 @@ def test_resnet18_training_step_is_complete_and_matches_pytorch():
     assert fcm_comparable(report) == fcm_total(step)
     # backward convolutions: input and weight gradients, except the stem's input gradient.
     assert report["by_operator"]["aten.convolution_backward"]["calls"] == 20
+
+
+def test_backward_work_is_attributed_to_the_module_that_ran_forward():
+    model = resnet18().train()
+    x = torch.randn(2, 3, 64, 64)
+
+    def step():
+        model.zero_grad()
+        model(x).sum().backward()
+
+    report = torchscan.measure_flops(step)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    pytorch = counter.get_flop_counts()
+    # A convolution leaf: forward 2*2*64*64*9*16*16 = 37_748_736, plus input and weight gradients.
+    conv = report["by_module"]["ResNet.layer1.0.conv1"]
+    assert conv["value"] == 3 * 37_748_736 == sum(pytorch["ResNet.layer1.0.conv1"].values())
+    fc = report["by_module"]["ResNet.fc"]["value"]
+    assert fc == sum(pytorch["ResNet.fc"].values()) == 3 * 2 * 2 * 512 * 1000
 
 
 def test_custom_operator_without_formula_is_partial_and_named():
