@@ -1,7 +1,8 @@
 """Overhead of torchscan.measure_flops against the bare workload and FlopCounterMode.
 
-Everything runs in one process, side by side, interleaved round by round so that machine
-noise hits all three variants alike; each figure is the median over the rounds.
+Everything runs in one process, side by side: each round runs the three variants once, in a
+shuffled order, so that machine drift hits them alike. Times are medians over the rounds; the
+ratios are medians of the per-round ratios (paired), which drift affects least.
 
     python benches/overhead.py [--rounds 7] [--ops 100000] [--json out.json]
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -49,14 +51,24 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def median_times(work: Callable[[], object], rounds: int, skip: set[str] = frozenset()) -> dict[str, float]:
-    samples: dict[str, list[float]] = {name: [] for name in VARIANTS if name not in skip}
-    for name in samples:  # warm-up
+def measure(work: Callable[[], object], rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median seconds per variant, and the median per-round ratio of each variant to bare."""
+    order = list(VARIANTS)
+    samples: dict[str, list[float]] = {name: [] for name in order}
+    ratios: dict[str, list[float]] = {name: [] for name in order}
+    for name in order:  # warm-up
         VARIANTS[name](work)
+    shuffle = random.Random(0).shuffle
     for _ in range(rounds):
-        for name in samples:
-            samples[name].append(timed(lambda n=name: VARIANTS[n](work)))
-    return {name: statistics.median(values) for name, values in samples.items()}
+        shuffle(order)
+        this_round = {name: timed(lambda n=name: VARIANTS[n](work)) for name in order}
+        for name, seconds in this_round.items():
+            samples[name].append(seconds)
+            ratios[name].append(seconds / this_round["bare"])
+    return (
+        {name: statistics.median(values) for name, values in samples.items()},
+        {name: statistics.median(values) for name, values in ratios.items()},
+    )
 
 
 def main() -> None:
@@ -79,8 +91,8 @@ def main() -> None:
         with torch.no_grad():
             model(x)
 
-    tiny = median_times(tiny_ops, options.rounds)
-    net = median_times(resnet, options.rounds)
+    tiny, _ = measure(tiny_ops, options.rounds)
+    net, net_ratio = measure(resnet, options.rounds)
     per_op = {name: (t - tiny["bare"]) / options.ops * 1e6 for name, t in tiny.items() if name != "bare"}
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
@@ -94,8 +106,8 @@ def main() -> None:
         },
         "resnet18_forward": {
             "seconds": net,
-            "measure_flops_over_bare": net["measure_flops"] / net["bare"],
-            "flop_counter_mode_over_bare": net["FlopCounterMode"] / net["bare"],
+            "measure_flops_over_bare": net_ratio["measure_flops"],
+            "flop_counter_mode_over_bare": net_ratio["FlopCounterMode"],
         },
     }
     print(f"tiny ops ({options.ops} x torch.add, median of {options.rounds}):")
@@ -105,7 +117,7 @@ def main() -> None:
     print(f"  FlopCounterMode's added cost is {result['tiny_ops']['flop_counter_mode_over_measure_flops']:.1f}x ours")
     print(f"resnet18 forward (batch 1, 224x224, no_grad, median of {options.rounds}):")
     for name, t in net.items():
-        print(f"  {name:16s} {t * 1e3:9.2f} ms  ({t / net['bare']:.3f}x bare)")
+        print(f"  {name:16s} {t * 1e3:9.2f} ms  ({net_ratio[name]:.3f}x bare, paired)")
     if options.json:
         with open(options.json, "w") as handle:
             json.dump(result, handle, indent=2)

@@ -32,6 +32,28 @@ def test_matrix_products():
 
 
 @pytest.mark.parametrize(
+    "name, workload",
+    [
+        ("mm", lambda: torch.mm(torch.randn(3, 4), torch.randn(4, 5))),
+        ("addmm", lambda: torch.addmm(torch.randn(5), torch.randn(3, 4), torch.randn(4, 5))),
+        ("bmm", lambda: torch.bmm(torch.randn(7, 2, 3), torch.randn(7, 3, 4))),
+        ("baddbmm", lambda: torch.baddbmm(torch.randn(7, 2, 4), torch.randn(7, 2, 3), torch.randn(7, 3, 4))),
+        ("linear", lambda: F.linear(torch.randn(3, 4), torch.randn(6, 4), torch.randn(6))),
+        ("matmul", lambda: torch.randn(2, 3, 4, 5) @ torch.randn(2, 3, 5, 6)),
+        (
+            "linear backward",
+            lambda: F.linear(torch.randn(3, 4, requires_grad=True), torch.randn(6, 4)).sum().backward(),
+        ),
+    ],
+)
+def test_matmul_family_agrees_with_flop_counter_mode(name, workload):
+    torch.manual_seed(0)
+    ours = torchscan.measure_flops(workload)
+    assert ours["total"]["status"] == "complete", ours["diagnostics"]
+    assert ours["by_category"]["matmul"] == fcm_total(workload), name
+
+
+@pytest.mark.parametrize(
     "make, shape, expected",
     [
         # Conv2d(3,64,7,s2,p3) on 224: out 112 -> 2*64*3*49*112*112

@@ -251,6 +251,7 @@ def test_reports_are_deterministic_and_json_serializable():
     assert first["by_module"]["Sequential.0"]["value"] == 2 * 4 * 3 * 9 * 36
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_ops_are_usable_from_torchscript():
     @torch.jit.script
     def count(a: torch.Tensor, b: torch.Tensor) -> tuple[str, torch.Tensor]:
