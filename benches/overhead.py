@@ -4,12 +4,16 @@ Everything runs in one process, side by side: each round runs the three variants
 shuffled order, so that machine drift hits them alike. Times are medians over the rounds; the
 ratios are medians of the per-round ratios (paired), which drift affects least.
 
-    python benches/overhead.py [--rounds 7] [--ops 100000] [--json out.json]
+    python benches/overhead.py [--rounds 7] [--ops 100000] [--json out.json] [--breakdown]
 
 Workloads:
 - tiny ops: a Python loop of N `torch.add` calls on 4-element tensors (the worst case for a
   per-operator cost: the bare op itself costs a few microseconds);
 - resnet18: torchvision resnet18 forward, batch 1, 224x224, eval + no_grad.
+
+`--breakdown` also splits resnet18's overhead into its parts: a native session alone (operator
+observation), no-op global module hooks (PyTorch's hooked module-call path), and torchscan's
+module labelling without the native scope calls.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from collections.abc import Callable
 
 import torch
 import torchvision
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import torchscan
+from torchscan import flops as flops_module
 
 
 def bare(work: Callable[[], object]) -> None:
@@ -45,23 +51,59 @@ def flop_counter_mode(work: Callable[[], object]) -> None:
 VARIANTS = {"bare": bare, "measure_flops": native, "FlopCounterMode": flop_counter_mode}
 
 
+def session_only(work: Callable[[], object]) -> None:
+    ops = torch.ops.torchscan
+    handle = ops.open_session("")
+    work()
+    ops.close_session(handle)
+    ops.finish_session(handle, "[]")
+
+
+def noop_hooks(work: Callable[[], object]) -> None:
+    pre = nn.modules.module.register_module_forward_pre_hook(lambda module, args: None)
+    post = nn.modules.module.register_module_forward_hook(lambda module, args, out: None, always_call=True)
+    work()
+    pre.remove()
+    post.remove()
+
+
+def labels_without_native(work: Callable[[], object]) -> None:
+    labels = flops_module._ModuleLabels(0, None)
+    labels._push = lambda handle, label: None
+    labels._pop = lambda handle: None
+    labels.install()
+    work()
+    labels.remove()
+
+
+BREAKDOWN = {
+    "bare": bare,
+    "session only": session_only,
+    "no-op module hooks": noop_hooks,
+    "labels, no native": labels_without_native,
+    "measure_flops": native,
+}
+
+
 def timed(fn: Callable[[], None]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def measure(work: Callable[[], object], rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+def measure(
+    work: Callable[[], object], rounds: int, variants: dict[str, Callable[[Callable[[], object]], None]] = VARIANTS
+) -> tuple[dict[str, float], dict[str, float]]:
     """Median seconds per variant, and the median per-round ratio of each variant to bare."""
-    order = list(VARIANTS)
+    order = list(variants)
     samples: dict[str, list[float]] = {name: [] for name in order}
     ratios: dict[str, list[float]] = {name: [] for name in order}
     for name in order:  # warm-up
-        VARIANTS[name](work)
+        variants[name](work)
     shuffle = random.Random(0).shuffle
     for _ in range(rounds):
         shuffle(order)
-        this_round = {name: timed(lambda n=name: VARIANTS[n](work)) for name in order}
+        this_round = {name: timed(lambda n=name: variants[n](work)) for name in order}
         for name, seconds in this_round.items():
             samples[name].append(seconds)
             ratios[name].append(seconds / this_round["bare"])
@@ -76,6 +118,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--ops", type=int, default=100_000)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--breakdown", action="store_true", help="split resnet18's overhead into its parts")
     options = parser.parse_args()
 
     a, b, out = torch.randn(4), torch.randn(4), torch.empty(4)
@@ -118,6 +161,12 @@ def main() -> None:
     print(f"resnet18 forward (batch 1, 224x224, no_grad, median of {options.rounds}):")
     for name, t in net.items():
         print(f"  {name:16s} {t * 1e3:9.2f} ms  ({net_ratio[name]:.3f}x bare, paired)")
+    if options.breakdown:
+        _, parts = measure(resnet, options.rounds, BREAKDOWN)
+        result["resnet18_breakdown"] = parts
+        print(f"resnet18 overhead breakdown (paired ratios to bare, {options.rounds} rounds):")
+        for name, ratio in parts.items():
+            print(f"  {name:20s} {ratio:.3f}x")
     if options.json:
         with open(options.json, "w") as handle:
             json.dump(result, handle, indent=2)
