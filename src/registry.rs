@@ -60,12 +60,8 @@ pub fn open(config: Config) -> Result<(Handle, bool)> {
     let session = Session::new(config);
     let needs_outputs = session.needs_outputs();
     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
-    for (slot, cell) in SLOTS.iter().enumerate() {
-        let mut guard = match cell.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => continue,
-        };
+    for slot in 0..MAX_SESSIONS {
+        let mut guard = lock(slot);
         if guard.state.is_none() {
             guard.generation = generation;
             guard.state = Some(State::Open(session));

@@ -39,7 +39,7 @@ pub trait OpEvent {
     fn describe(&self) -> Option<OpDescription>;
     /// Appends the encoded inputs (see `args.rs`) to `out`.
     fn read_inputs(&self, out: &mut Vec<i64>);
-    /// Appends the encoded outputs to `out`; only called after [`Decision::ClaimCapture`].
+    /// Appends the encoded outputs to `out`; only called after [`Decision::SkipCapture`].
     fn read_outputs(&self, out: &mut Vec<i64>);
 }
 
@@ -75,6 +75,9 @@ pub struct OpCall {
     pub sequence: i64,
 }
 
+/// The torch version the native library was compiled against (`none` for the pure core).
+pub const BUILT_AGAINST_TORCH: &str = env!("TORCHSCAN_TORCH_VERSION");
+
 /// Options fixed when a session opens.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
@@ -84,16 +87,17 @@ pub struct Config {
 }
 
 impl Config {
-    /// Parses `{"torch_version": str, "custom_operators": [str, ...]}` (both optional).
+    /// Parses `{"torch_version": str, "custom_operators": [str, ...]}` (both optional; the
+    /// torch version defaults to the one the library was built against).
     pub fn from_json(text: &str) -> crate::error::Result<Config> {
         use crate::error::Error;
+        let mut config = Config { torch_version: BUILT_AGAINST_TORCH.to_string(), ..Config::default() };
         if text.trim().is_empty() {
-            return Ok(Config::default());
+            return Ok(config);
         }
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| Error::BadConfig(format!("not JSON ({e})")))?;
         let object = value.as_object().ok_or_else(|| Error::BadConfig("expected a JSON object".into()))?;
-        let mut config = Config::default();
         for (key, v) in object {
             match key.as_str() {
                 "torch_version" => {
@@ -846,7 +850,8 @@ mod tests {
         assert!(Config::from_json(r#"{"custom_operators": ["aten.sin.default"]}"#).is_err());
         assert!(Config::from_json(r#"{"bogus": 1}"#).is_err());
         assert!(Config::from_json("[").is_err());
-        assert_eq!(Config::from_json("").unwrap(), Config::default());
+        assert_eq!(Config::from_json("").unwrap().torch_version, BUILT_AGAINST_TORCH);
+        assert!(Config::from_json("{}").unwrap().custom_operators.is_empty());
     }
 
     #[test]

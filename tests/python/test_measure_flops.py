@@ -22,6 +22,16 @@ def resnet18():
     return torchvision.models.resnet18(weights=None)
 
 
+def training_step(model, x):
+    """Zero the gradients, then forward and backward of a sum loss."""
+
+    def step():
+        model.zero_grad()
+        model(x).sum().backward()
+
+    return step
+
+
 def test_resnet18_forward_is_complete_and_matches_pytorch():
     model = resnet18().eval()
     x = torch.randn(1, 3, 224, 224)
@@ -40,13 +50,7 @@ def test_resnet18_forward_is_complete_and_matches_pytorch():
 
 
 def test_resnet18_training_step_is_complete_and_matches_pytorch():
-    model = resnet18().train()
-    x = torch.randn(2, 3, 64, 64)
-
-    def step():
-        model.zero_grad()
-        model(x).sum().backward()
-
+    step = training_step(resnet18().train(), torch.randn(2, 3, 64, 64))
     report = torchscan.measure_flops(step)
     assert report["total"]["status"] == "complete", report["diagnostics"]
     assert set(report["by_phase"]) == {"forward", "backward"}
@@ -57,13 +61,7 @@ def test_resnet18_training_step_is_complete_and_matches_pytorch():
 
 
 def test_backward_work_is_attributed_to_the_module_that_ran_forward():
-    model = resnet18().train()
-    x = torch.randn(2, 3, 64, 64)
-
-    def step():
-        model.zero_grad()
-        model(x).sum().backward()
-
+    step = training_step(resnet18().train(), torch.randn(2, 3, 64, 64))
     report = torchscan.measure_flops(step)
     with FlopCounterMode(display=False) as counter:
         step()
@@ -263,6 +261,7 @@ def test_ops_are_usable_from_torchscript():
     text, _ = count(torch.randn(3, 4), torch.randn(4, 5))
     report = json.loads(text)
     assert report["total"]["value"] == 120
+    assert report["context"]["torch_version"] == torch.__version__.split("+")[0]
 
 
 def test_native_errors_map_to_python_exceptions():
