@@ -9,7 +9,9 @@ ratios are medians of the per-round ratios (paired), which drift affects least.
 Workloads:
 - tiny ops: a Python loop of N `torch.add` calls on 4-element tensors (the worst case for a
   per-operator cost: the bare op itself costs a few microseconds);
-- resnet18: torchvision resnet18 forward, batch 1, 224x224, eval + no_grad.
+- resnet18: torchvision resnet18 forward, batch 1, 224x224, eval + no_grad;
+- peak memory: `torchscan.process.measure_peak_memory(device="cpu")` around a resnet18 training
+  step (batch 2, 224x224: forward, backward) against the bare step.
 
 `--breakdown` also splits resnet18's overhead into its parts: a native session alone (operator
 observation), no-op global module hooks (PyTorch's hooked module-call path), and torchscan's
@@ -33,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import torchscan
 from torchscan import flops as flops_module
+from torchscan.process import measure_peak_memory
 
 
 def bare(work: Callable[[], object]) -> None:
@@ -75,6 +78,12 @@ def labels_without_native(work: Callable[[], object]) -> None:
     work()
     labels.remove()
 
+
+def peak_memory(work: Callable[[], object]) -> None:
+    measure_peak_memory(work, device="cpu")
+
+
+MEMORY = {"bare": bare, "measure_peak_memory": peak_memory}
 
 BREAKDOWN = {
     "bare": bare,
@@ -134,8 +143,16 @@ def main() -> None:
         with torch.no_grad():
             model(x)
 
+    train_model = torchvision.models.resnet18(weights=None).train()
+    train_x = torch.randn(2, 3, 224, 224)
+
+    def training_step() -> None:
+        train_model.zero_grad(set_to_none=True)
+        train_model(train_x).sum().backward()
+
     tiny, _ = measure(tiny_ops, options.rounds)
     net, net_ratio = measure(resnet, options.rounds)
+    memory, memory_ratio = measure(training_step, options.rounds, MEMORY)
     per_op = {name: (t - tiny["bare"]) / options.ops * 1e6 for name, t in tiny.items() if name != "bare"}
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
@@ -152,6 +169,10 @@ def main() -> None:
             "measure_flops_over_bare": net_ratio["measure_flops"],
             "flop_counter_mode_over_bare": net_ratio["FlopCounterMode"],
         },
+        "peak_memory_training_step": {
+            "seconds": memory,
+            "measure_peak_memory_over_bare": memory_ratio["measure_peak_memory"],
+        },
     }
     print(f"tiny ops ({options.ops} x torch.add, median of {options.rounds}):")
     for name, t in tiny.items():
@@ -161,6 +182,9 @@ def main() -> None:
     print(f"resnet18 forward (batch 1, 224x224, no_grad, median of {options.rounds}):")
     for name, t in net.items():
         print(f"  {name:16s} {t * 1e3:9.2f} ms  ({net_ratio[name]:.3f}x bare, paired)")
+    print(f"resnet18 training step (batch 2, 224x224) under measure_peak_memory, median of {options.rounds}:")
+    for name, t in memory.items():
+        print(f"  {name:20s} {t * 1e3:9.2f} ms  ({memory_ratio[name]:.3f}x bare, paired)")
     if options.breakdown:
         _, parts = measure(resnet, options.rounds, BREAKDOWN)
         result["resnet18_breakdown"] = parts

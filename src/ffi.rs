@@ -8,6 +8,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::args;
+use crate::memory::MemoryTracker;
 use crate::registry;
 use crate::session::{Config, Decision, OpCall, OpDescription, Phase};
 
@@ -60,6 +61,12 @@ mod bridge {
             event: &OpEvent,
         ) -> u8;
         fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent);
+
+        type MemoryTracker;
+        fn new_memory_tracker() -> Box<MemoryTracker>;
+        /// One CPU allocator event: +bytes allocated, -bytes freed. Never panics.
+        fn record(self: &MemoryTracker, bytes: i64);
+        fn memory_report_json(tracker: &MemoryTracker) -> String;
     }
 
     unsafe extern "C++" {
@@ -170,4 +177,12 @@ fn on_op_start(
 
 fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent) {
     let _ = catch_unwind(AssertUnwindSafe(|| registry::on_custom_end(slot, generation, token, &Event(event))));
+}
+
+fn new_memory_tracker() -> Box<MemoryTracker> {
+    Box::new(MemoryTracker::new())
+}
+
+fn memory_report_json(tracker: &MemoryTracker) -> String {
+    serde_json::to_string(&tracker.report()).unwrap_or_default()
 }

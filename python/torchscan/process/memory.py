@@ -1,0 +1,96 @@
+"""measure_peak_memory: the peak of PyTorch memory a workload holds.
+
+CPU: counted from PyTorch's own allocator events by the native reporter (every tensor and
+operator allocation through PyTorch's CPU allocator, on this thread and the autograd threads
+it hands work to); exact, cheap, and not RSS. CUDA: the caching allocator's statistics.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, NotRequired, TypedDict
+
+import torch
+
+from .._native import ops
+
+__all__ = ["MemoryStats", "measure_peak_memory"]
+
+
+class MemoryStats(TypedDict):
+    device: str
+    #: ``pytorch_tensor_bytes`` (CPU) or ``pytorch_reserved_bytes`` (CUDA).
+    metric: str
+    #: What was live at the start as far as PyTorch lets it be seen: 0 on the CPU, where
+    #: PyTorch keeps no count of the bytes allocated before the measurement.
+    baseline_bytes: int
+    peak_bytes: int
+    #: The peak of bytes the workload itself held above ``baseline_bytes``.
+    delta_bytes: int
+    #: CUDA only: the peak of bytes allocated to tensors (the reserved figure includes cache).
+    allocated_peak_bytes: NotRequired[int]
+
+
+def _device(device: object) -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError as error:
+            raise RuntimeError(f"device {device!r} is not a device PyTorch knows: {error}") from None
+    raise TypeError(f"device must be a torch.device or a string like 'cpu' or 'cuda:0', got {type(device).__name__}")
+
+
+def measure_peak_memory(workload: Callable[[], Any], *, device: torch.device | str) -> MemoryStats:
+    """Runs ``workload()`` exactly once and returns the peak of PyTorch memory it held.
+
+    Raises:
+        TypeError: ``workload`` is not callable, or ``device`` is neither a torch.device nor a str.
+        RuntimeError: the device (or its index) is not available, or a profiler already holds
+            this thread's profiler slot (CPU).
+        NotImplementedError: a backend other than CPU and CUDA.
+    """
+    if not callable(workload):
+        raise TypeError(f"workload must be a zero-argument callable, got {type(workload).__name__}")
+    dev = _device(device)
+    if dev.type == "cpu":
+        if dev.index not in (None, 0):
+            raise RuntimeError(f"device {dev} is not available: there is one CPU device, 'cpu'")
+        return _measure_cpu(workload)
+    if dev.type == "cuda":
+        return _measure_cuda(workload, dev)
+    raise NotImplementedError(f"measure_peak_memory supports the cpu and cuda devices, not {dev.type!r}")
+
+
+def _measure_cpu(workload: Callable[[], Any]) -> MemoryStats:
+    measurement = ops.memory_start()
+    try:
+        workload()
+    finally:
+        stats = json.loads(ops.memory_stop(measurement))
+    return stats
+
+
+def _measure_cuda(workload: Callable[[], Any], dev: torch.device) -> MemoryStats:
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device {dev} is not available: torch.cuda.is_available() is False")
+    count = torch.cuda.device_count()
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    if index >= count:
+        raise RuntimeError(f"device cuda:{index} is not available: this process sees {count} CUDA device(s)")
+    torch.cuda.synchronize(index)
+    baseline = torch.cuda.memory_reserved(index)
+    torch.cuda.reset_peak_memory_stats(index)
+    workload()
+    torch.cuda.synchronize(index)
+    peak = torch.cuda.max_memory_reserved(index)
+    return MemoryStats(
+        device=f"cuda:{index}",
+        metric="pytorch_reserved_bytes",
+        baseline_bytes=baseline,
+        peak_bytes=peak,
+        delta_bytes=max(peak - baseline, 0),
+        allocated_peak_bytes=torch.cuda.max_memory_allocated(index),
+    )
