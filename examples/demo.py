@@ -40,9 +40,9 @@ def main() -> None:
             model(x)
     show("resnet18 inference (batch 1, 224x224)", inference)
     print("  largest modules:")
-    top = sorted(inference["by_module"].items(), key=lambda kv: -(kv[1]["value"] or 0))[1:6]
-    for name, metric in top:
-        print(f"    {name:24s} {metric['value'] / 1e9:8.4f} GFLOPs")
+    top = sorted(inference["by_module"].items(), key=lambda kv: -kv[1])[1:6]
+    for name, flops in top:
+        print(f"    {name:24s} {flops / 1e9:8.4f} GFLOPs ({inference['by_module_status'][name]})")
     comparable = sum(inference["by_category"].get(c, 0) for c in ("matmul", "conv", "attention"))
     print(f"  matmul+conv: {comparable:,} FLOPs; FlopCounterMode: {pytorch.get_total_flops():,}")
 

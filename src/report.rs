@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA_VERSION: u32 = 1;
 /// `method` of every operator-FLOP metric.
 pub const METHOD_NATIVE: &str = "torchscan_native_dispatch";
-pub const UNIT_FLOPS: &str = "flops";
+/// Units as torchscan 0.2 spells them.
+pub const UNIT_FLOPS: &str = "FLOPs";
 pub const TORCHSCAN_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,14 +95,6 @@ pub struct FlopContext {
     pub method: String,
 }
 
-/// FLOPs of one counted operator over the whole workload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OperatorCount {
-    pub calls: u64,
-    pub flops: u64,
-    pub category: String,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IgnoredCount {
     pub calls: u64,
@@ -113,10 +106,16 @@ pub struct FlopReport {
     pub schema_version: u32,
     pub context: FlopContext,
     pub total: MetricResult,
-    /// Module label (`ResNet`, `ResNet.layer1.0.conv1`) -> FLOPs of its calls, children included.
-    pub by_module: BTreeMap<String, MetricResult>,
-    /// Operator packet (`aten.mm`) -> calls and FLOPs of the counted operators.
-    pub by_operator: BTreeMap<String, OperatorCount>,
+    /// Module label (`ResNet`, `ResNet.layer1.0.conv1`) -> counted FLOPs of its calls, children
+    /// included: plain numbers, as torchscan 0.2 and PyTorch's counter give them. A module whose
+    /// count overflowed is absent; `by_module_status` says whether each number is complete.
+    pub by_module: BTreeMap<String, u64>,
+    /// Module label -> status of its `by_module` number (additive to the 0.2 schema).
+    pub by_module_status: BTreeMap<String, Status>,
+    /// Operator packet (`aten.mm`) -> FLOPs of the counted operators (as in 0.2).
+    pub by_operator: BTreeMap<String, u64>,
+    /// Operator packet -> calls, for every counted operator (additive).
+    pub operator_calls: BTreeMap<String, u64>,
     /// Category -> FLOPs of the counted operators in it (exact sums of `by_operator`).
     pub by_category: BTreeMap<String, u64>,
     /// `forward`, and `backward` once a workload runs backward.
@@ -147,7 +146,7 @@ mod tests {
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(
             json,
-            r#"{"status":"complete","value":5,"known_value":5,"unit":"flops","scope":"workload","method":"torchscan_native_dispatch"}"#
+            r#"{"status":"complete","value":5,"known_value":5,"unit":"FLOPs","scope":"workload","method":"torchscan_native_dispatch"}"#
         );
     }
 

@@ -6,7 +6,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::report::MetricResult;
+use crate::report::Status;
+
+/// One label's inclusive FLOPs: `None` when the count overflowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LabelCount {
+    pub flops: Option<u64>,
+    pub status: Status,
+}
 
 const ROOT: u32 = 0;
 
@@ -114,7 +121,7 @@ impl ScopeTree {
 
     /// Inclusive FLOPs per label. Nodes are created after their parents, so one reverse pass
     /// folds children into parents.
-    pub fn by_label(&self) -> BTreeMap<String, MetricResult> {
+    pub fn by_label(&self) -> BTreeMap<String, LabelCount> {
         let n = self.nodes.len();
         let mut flops: Vec<Option<u64>> = self.nodes.iter().map(|x| (!x.overflowed).then_some(x.flops)).collect();
         let mut incomplete: Vec<bool> = self.nodes.iter().map(|x| x.incomplete).collect();
@@ -142,12 +149,13 @@ impl ScopeTree {
         }
         totals
             .into_iter()
-            .map(|(label, (value, incomplete))| {
-                let metric = match value {
-                    Some(v) => MetricResult::from_count(v, incomplete, false, "module"),
-                    None => MetricResult::unavailable("module"),
+            .map(|(label, (flops, incomplete))| {
+                let status = match (flops, incomplete) {
+                    (None, _) => Status::Unavailable,
+                    (Some(_), true) => Status::Partial,
+                    (Some(_), false) => Status::Complete,
                 };
-                (self.labels[label as usize].clone(), metric)
+                (self.labels[label as usize].clone(), LabelCount { flops, status })
             })
             .collect()
     }
@@ -167,7 +175,6 @@ impl ScopeTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Status;
 
     #[test]
     fn parents_include_children_and_shared_modules_sum() {
@@ -183,8 +190,8 @@ mod tests {
         t.pop();
         t.add_flops(t.current(), 1000); // outside every module: in no label
         let m = t.by_label();
-        assert_eq!(m["Net"].value, Some(111));
-        assert_eq!(m["Net.block"].value, Some(110));
+        assert_eq!(m["Net"], LabelCount { flops: Some(111), status: Status::Complete });
+        assert_eq!(m["Net.block"].flops, Some(110));
         assert_eq!(m.len(), 2);
     }
 
@@ -197,9 +204,8 @@ mod tests {
         t.add_flops(t.current(), 5);
         t.mark_incomplete(t.current());
         let m = t.by_label();
-        assert_eq!(m["A"].status, Status::Partial);
-        assert_eq!(m["A"].known_value, Some(5));
-        assert_eq!(m["A.b"].known_value, Some(5));
+        assert_eq!(m["A"], LabelCount { flops: Some(5), status: Status::Partial });
+        assert_eq!(m["A.b"].flops, Some(5));
         assert!(t.pop() && t.pop() && t.pop());
         assert!(!t.pop());
     }

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::args::{index_stream, Args};
 use crate::formulas::{self, Category, FormulaError, Rule};
 use crate::report::{
-    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, OperatorCount, Severity,
-    METHOD_NATIVE, SCHEMA_VERSION, TORCHSCAN_VERSION,
+    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, Severity, METHOD_NATIVE,
+    SCHEMA_VERSION, TORCHSCAN_VERSION,
 };
 use crate::scopes::ScopeTree;
 
@@ -74,6 +74,9 @@ pub struct OpCall {
     /// work to the module whose forward created the node.
     pub sequence: i64,
 }
+
+/// `metric` of operator diagnostics, as torchscan 0.2 names it.
+pub const OPERATOR_DIAGNOSTIC_METRIC: &str = "flops";
 
 /// The torch version the native library was compiled against (`none` for the pure core).
 pub const BUILT_AGAINST_TORCH: &str = env!("TORCHSCAN_TORCH_VERSION");
@@ -442,6 +445,8 @@ impl Session {
 
     fn assemble(self, custom_errors: BTreeMap<usize, (u64, String)>) -> FlopReport {
         let mut by_operator = BTreeMap::new();
+        let mut operator_calls = BTreeMap::new();
+        let mut counted_categories = [false; Category::ALL.len()];
         let mut ignored_operators = BTreeMap::new();
         let mut diagnostics = Vec::new();
         // Overloads share a name: merge their stats under the operator packet.
@@ -462,14 +467,11 @@ impl Session {
             let packet = packet_name(name);
             match class {
                 Class::Formula(i) if calls > 0 && !overflowed => {
-                    by_operator.insert(
-                        packet.clone(),
-                        OperatorCount {
-                            calls: calls - errors,
-                            flops,
-                            category: formulas::FORMULAS[i].category.name().into(),
-                        },
-                    );
+                    if calls > errors {
+                        by_operator.insert(packet.clone(), flops);
+                        operator_calls.insert(packet.clone(), calls - errors);
+                        counted_categories[formulas::FORMULAS[i].category as usize] = true;
+                    }
                     if let Some(error) = first_error {
                         diagnostics.push(op_diagnostic(
                             "formula_error",
@@ -494,8 +496,9 @@ impl Session {
                     if overflowed {
                         diagnostics.push(overflow_diagnostic(&packet));
                     } else if counted > 0 {
-                        by_operator
-                            .insert(packet.clone(), OperatorCount { calls: counted, flops, category: "custom".into() });
+                        by_operator.insert(packet.clone(), flops);
+                        operator_calls.insert(packet.clone(), counted);
+                        counted_categories[Category::Custom as usize] = true;
                     }
                 }
                 Class::Ignored(i) if calls > 0 => {
@@ -519,7 +522,7 @@ impl Session {
             diagnostics.push(Diagnostic {
                 code: "flop_overflow".into(),
                 severity: Severity::Error,
-                metric: "operator_flops".into(),
+                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
                 message: "the total FLOP count exceeds 2^64; it is reported as unavailable".into(),
                 path: None,
                 operator: None,
@@ -531,7 +534,7 @@ impl Session {
             if flops == u64::MAX {
                 continue; // overflowed: the flop_overflow diagnostic says so
             }
-            if flops > 0 || by_operator.values().any(|o: &OperatorCount| o.category == category.name()) {
+            if flops > 0 || counted_categories[category as usize] {
                 by_category.insert(category.name().to_string(), flops);
             }
         }
@@ -541,6 +544,9 @@ impl Session {
         if self.backward_seen {
             by_phase.insert("backward".to_string(), phase_metric(&self.phases[1]));
         }
+        let labels = self.scopes.by_label();
+        let by_module_status = labels.iter().map(|(label, c)| (label.clone(), c.status)).collect();
+        let by_module = labels.into_iter().filter_map(|(label, c)| Some((label, c.flops?))).collect();
         FlopReport {
             schema_version: SCHEMA_VERSION,
             context: FlopContext {
@@ -549,8 +555,10 @@ impl Session {
                 method: METHOD_NATIVE.to_string(),
             },
             total: MetricResult::from_count(self.total.flops, self.total.incomplete, self.total.overflowed, "workload"),
-            by_module: self.scopes.by_label(),
+            by_module,
+            by_module_status,
             by_operator,
+            operator_calls,
             by_category,
             by_phase,
             ignored_operators,
@@ -618,7 +626,7 @@ fn op_diagnostic(code: &str, severity: Severity, packet: &str, message: String) 
     Diagnostic {
         code: code.into(),
         severity,
-        metric: "operator_flops".into(),
+        metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
         message,
         path: None,
         operator: Some(packet.to_string()),
@@ -721,7 +729,8 @@ mod tests {
         let r = report(s);
         assert_eq!(r.total, MetricResult::complete(120, "workload"));
         assert_eq!(r.by_operator.len(), 1);
-        assert_eq!(r.by_operator["aten.addmm"].flops, 120);
+        assert_eq!(r.by_operator["aten.addmm"], 120);
+        assert_eq!(r.operator_calls["aten.addmm"], 1);
         assert_eq!(r.ignored_operators["aten.t"].reason, "view");
         assert!(r.diagnostics.is_empty());
         assert_eq!(r.by_category["matmul"], 120);
@@ -771,7 +780,7 @@ mod tests {
         assert_eq!(r.by_phase["forward"].value, Some(120));
         assert_eq!(r.by_phase["backward"].value, Some(240));
         assert_eq!(r.total.value, Some(360));
-        assert_eq!(r.by_operator["aten.mm"].calls, 3);
+        assert_eq!(r.operator_calls["aten.mm"], 3);
 
         let empty = report(Session::new(Config::default()));
         assert_eq!(empty.total, MetricResult::complete(0, "workload"), "a true zero is complete");
@@ -790,7 +799,7 @@ mod tests {
         assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(120)));
         assert_eq!(r.diagnostics[0].code, "formula_error");
         assert_eq!(r.diagnostics[0].message, "aten.mm: 1 call(s) could not be counted: tensor argument 1 is missing");
-        assert_eq!(r.by_operator["aten.mm"].calls, 1);
+        assert_eq!(r.operator_calls["aten.mm"], 1);
     }
 
     #[test]
@@ -885,8 +894,8 @@ mod tests {
         s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 7 }, &mm);
         s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 8 }, &mm);
         let r = report(s);
-        assert_eq!(r.by_module["Net.fc"].value, Some(240));
-        assert_eq!(r.by_module["Net"].value, Some(480));
+        assert_eq!(r.by_module["Net.fc"], 240);
+        assert_eq!(r.by_module["Net"], 480);
         assert_eq!(r.total.value, Some(600));
     }
 
@@ -903,6 +912,6 @@ mod tests {
             serde_json::to_string(&report(s)).unwrap()
         };
         assert_eq!(build(), build());
-        assert!(build().contains(r#""by_module":{"Net":{"status":"complete","value":120"#));
+        assert!(build().contains(r#""by_module":{"Net":120},"by_module_status":{"Net":"complete"}"#));
     }
 }

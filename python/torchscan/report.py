@@ -15,7 +15,6 @@ __all__ = [
     "IgnoredOperator",
     "MetricResult",
     "MetricStatus",
-    "OperatorCount",
     "metric_result",
 ]
 
@@ -46,12 +45,6 @@ class FlopContext(TypedDict):
     method: str
 
 
-class OperatorCount(TypedDict):
-    calls: int
-    flops: int
-    category: str
-
-
 class IgnoredOperator(TypedDict):
     calls: int
     reason: str
@@ -61,8 +54,14 @@ class FlopReport(TypedDict):
     schema_version: int
     context: FlopContext
     total: MetricResult
-    by_module: dict[str, MetricResult]
-    by_operator: dict[str, OperatorCount]
+    #: Module label -> counted FLOPs, children included (as torchscan 0.2 and PyTorch give them).
+    by_module: dict[str, int]
+    #: Module label -> whether its number is complete (additive to 0.2).
+    by_module_status: dict[str, MetricStatus]
+    #: Operator packet ("aten.mm") -> FLOPs of the counted operators (as in 0.2).
+    by_operator: dict[str, int]
+    #: Operator packet -> calls of the counted operators (additive).
+    operator_calls: dict[str, int]
     by_category: dict[str, int]
     by_phase: dict[str, MetricResult]
     ignored_operators: dict[str, IgnoredOperator]

@@ -31,12 +31,12 @@ def test_library_records_the_torch_it_was_built_against():
 
 
 def test_metric_result_invariants():
-    m = metric_result(status="complete", unit="flops", scope="workload", method="x", value=5)
+    m = metric_result(status="complete", unit="FLOPs", scope="workload", method="x", value=5)
     assert m == {
         "status": "complete",
         "value": 5,
         "known_value": 5,
-        "unit": "flops",
+        "unit": "FLOPs",
         "scope": "workload",
         "method": "x",
     }
