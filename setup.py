@@ -65,7 +65,7 @@ setup(
     python_requires=">=3.11",
     install_requires=["torch>=2.1,<3"],
     package_dir={"": "python"},
-    packages=["torchscan", "torchscan.process"],
+    packages=["torchscan", "torchscan.modules", "torchscan.process"],
     package_data={"torchscan": ["py.typed"]},
     cmdclass={"build_py": BuildNative},
     distclass=BinaryDistribution,

@@ -108,6 +108,10 @@ int64_t live_sessions() {
   return static_cast<int64_t>(ffi::live_sessions());
 }
 
+std::string module_metrics(const std::string& calls) {
+  return std::string(call_core([&] { return ffi::module_metrics(calls); }));
+}
+
 std::string torch_version() {
   return TORCHSCAN_TORCH_VERSION;
 }
@@ -129,4 +133,5 @@ TORCH_LIBRARY(torchscan, m) {
   def("pop_scope(int session) -> ()", &torchscan::pop_scope);
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
+  def("module_metrics(str calls) -> str", &torchscan::module_metrics);
 }

@@ -62,6 +62,9 @@ mod bridge {
         ) -> u8;
         fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent);
 
+        /// Module formulas for a JSON list of module-call descriptors (see `modules/`).
+        fn module_metrics(calls: &str) -> Result<String>;
+
         type MemoryTracker;
         fn new_memory_tracker() -> Box<MemoryTracker>;
         /// One CPU allocator event: +bytes allocated, -bytes freed. Never panics.
@@ -185,4 +188,8 @@ fn new_memory_tracker() -> Box<MemoryTracker> {
 
 fn memory_report_json(tracker: &MemoryTracker) -> String {
     serde_json::to_string(&tracker.report()).unwrap_or_default()
+}
+
+fn module_metrics(calls: &str) -> Result<String, String> {
+    guarded(|| crate::modules::metrics_json(calls))
 }

@@ -9,6 +9,7 @@ pub mod args;
 pub mod error;
 pub mod formulas;
 pub mod memory;
+pub mod modules;
 pub mod registry;
 pub mod report;
 pub mod scopes;

@@ -1,0 +1,190 @@
+"""Module -> plain descriptor for the native module formulas (src/modules/).
+
+Python only reads attributes and shapes here; every number is computed in the Rust core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.conv import _ConvNd, _ConvTransposeNd
+from torch.nn.modules.pooling import _AdaptiveAvgPoolNd, _AdaptiveMaxPoolNd, _AvgPoolNd, _MaxPoolNd
+
+__all__ = ["describe", "first_tensor"]
+
+_ACTIVATIONS: tuple[tuple[type[nn.Module], str], ...] = (
+    (nn.ReLU, "relu"),
+    (nn.ELU, "elu"),
+    (nn.LeakyReLU, "leaky_relu"),
+    (nn.ReLU6, "relu6"),
+    (nn.Tanh, "tanh"),
+    (nn.Sigmoid, "sigmoid"),
+)
+
+
+def first_tensor(value: Any) -> torch.Tensor | None:
+    """The first tensor, depth first through tuples, lists and mapping values."""
+    if isinstance(value, torch.Tensor):
+        return value
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (tuple, list)) else ()
+    for item in items:
+        found = first_tensor(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _shape(tensor: torch.Tensor | None) -> list[int] | None:
+    return None if tensor is None else list(tensor.shape)
+
+
+def _ints(value: Any) -> list[int]:
+    return list(value) if isinstance(value, (tuple, list)) else [int(value)]
+
+
+def _numel(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.numel()
+
+
+def _rank(module: nn.Module) -> int:
+    name = type(module).__name__
+    return 3 if name.endswith("3d") else 2 if name.endswith("2d") else 1
+
+
+def _num_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _family(module: nn.Module) -> dict[str, Any]:
+    if isinstance(module, nn.Identity):
+        return {"family": "identity"}
+    if isinstance(module, nn.Flatten):
+        return {"family": "flatten"}
+    if isinstance(module, nn.Linear):
+        return {
+            "family": "linear",
+            "in_features": module.in_features,
+            "out_features": module.out_features,
+            "bias": module.bias is not None,
+            "num_params": _num_params(module),
+        }
+    for cls, kind in _ACTIVATIONS:
+        if isinstance(module, cls):
+            return {"family": "activation", "kind": kind, "inplace": bool(getattr(module, "inplace", False))}
+    if isinstance(module, _ConvTransposeNd):
+        return {
+            "family": "conv_transpose",
+            "in_channels": module.in_channels,
+            "out_channels": module.out_channels,
+            "groups": module.groups,
+            "kernel_size": _ints(module.kernel_size),
+            "stride": _ints(module.stride),
+            "bias": module.bias is not None,
+            "num_params": _num_params(module),
+        }
+    if isinstance(module, _ConvNd):
+        padding = module.padding if isinstance(module.padding, str) else _ints(module.padding)
+        return {
+            "family": "conv",
+            "in_channels": module.in_channels,
+            "groups": module.groups,
+            "kernel_size": _ints(module.kernel_size),
+            "stride": _ints(module.stride),
+            "padding": padding,
+            "dilation": _ints(module.dilation),
+            "bias": module.bias is not None,
+            "num_params": _num_params(module),
+        }
+    if isinstance(module, _BatchNorm):
+        return {
+            "family": "batch_norm",
+            "num_features": module.num_features,
+            "affine": module.affine,
+            "weight": _numel(module.weight),
+            "bias": _numel(module.bias),
+            "running_mean": _numel(module.running_mean),
+            "running_var": _numel(module.running_var),
+            "track_running_stats": module.track_running_stats,
+            "training": module.training,
+            "momentum": module.momentum is not None,
+        }
+    if isinstance(module, (_MaxPoolNd, _AvgPoolNd)):
+        kernel = _ints(module.kernel_size)
+        stride = _ints(module.stride) if module.stride is not None else kernel
+        descriptor = {
+            "family": "max_pool" if isinstance(module, _MaxPoolNd) else "avg_pool",
+            "rank": _rank(module),
+            "kernel_size": kernel,
+            "stride": stride,
+            "padding": _ints(module.padding),
+        }
+        if isinstance(module, _MaxPoolNd):
+            descriptor["dilation"] = _ints(module.dilation)
+            descriptor["return_indices"] = module.return_indices
+        return descriptor
+    if isinstance(module, (_AdaptiveMaxPoolNd, _AdaptiveAvgPoolNd)):
+        maximum = isinstance(module, _AdaptiveMaxPoolNd)
+        return {
+            "family": "adaptive_max_pool" if maximum else "adaptive_avg_pool",
+            "rank": _rank(module),
+            "return_indices": bool(getattr(module, "return_indices", False)),
+        }
+    if isinstance(module, nn.Dropout):
+        return {"family": "dropout", "p": float(module.p), "training": module.training, "inplace": module.inplace}
+    if isinstance(module, nn.LayerNorm):
+        return {
+            "family": "layer_norm",
+            "normalized_shape": list(module.normalized_shape),
+            "weight": _numel(module.weight),
+            "bias": _numel(module.bias),
+            "exact_type": type(module) is nn.LayerNorm,
+        }
+    return {"family": "unsupported", "type": type(module).__name__}
+
+
+def _attention(module: nn.MultiheadAttention, inputs: tuple[Any, ...], out: Any) -> dict[str, Any]:
+    """MultiheadAttention's call, in forward-signature order: query, key, value,
+    key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal."""
+    padded = tuple(inputs) + (None,) * max(0, 8 - len(inputs))
+    query, key, value, key_padding_mask, need_weights, attn_mask, average = padded[:7]
+    weights = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+    return {
+        "family": "multihead_attention",
+        "embed_dim": module.embed_dim,
+        "num_heads": module.num_heads,
+        "head_dim": module.head_dim,
+        "batch_first": module.batch_first,
+        "in_proj_bias": module.in_proj_bias is not None,
+        "out_proj_in_features": module.out_proj.in_features,
+        "out_proj_bias": module.out_proj.bias is not None,
+        "bias_kv": module.bias_k is not None or module.bias_v is not None,
+        "add_zero_attn": module.add_zero_attn,
+        "dropout": float(module.dropout),
+        "training": module.training,
+        "query": _shape(first_tensor(query)) or [],
+        "key": _shape(first_tensor(key)) or [],
+        "value": _shape(first_tensor(value)) or [],
+        "key_padding_mask": _numel(key_padding_mask) if isinstance(key_padding_mask, torch.Tensor) else None,
+        "attn_mask": _numel(attn_mask) if isinstance(attn_mask, torch.Tensor) else None,
+        "need_weights": True if need_weights is None else bool(need_weights),
+        "average_attn_weights": True if average is None else bool(average),
+        "averaged_weights_returned": isinstance(weights, torch.Tensor) and weights.ndim == 3,
+    }
+
+
+def describe(module: nn.Module, inputs: tuple[Any, ...], out: Any, *, attention: bool) -> dict[str, Any]:
+    """The descriptor of one call. ``inputs``: the forward arguments in signature order; ``out``:
+    the whole output. ``attention=False`` describes MultiheadAttention as unsupported (its MACs,
+    DMAs and receptive field need the whole call, which the single-tensor functions lack)."""
+    if isinstance(module, nn.MultiheadAttention):
+        if attention:
+            return _attention(module, inputs, out)
+        return {"family": "unsupported", "type": type(module).__name__}
+    descriptor = _family(module)
+    descriptor["input"] = _shape(first_tensor(inputs))
+    descriptor["output"] = _shape(first_tensor(out))
+    return descriptor

@@ -1,0 +1,291 @@
+//! Module formulas: FLOPs, MACs, DMAs (memory accesses) and the receptive-field triple of one
+//! `nn.Module` call, from a plain descriptor that Python extracts (the module's attributes and
+//! the shapes of its first input and output tensors). Conventions follow torchscan 0.2's module
+//! formulas with its count corrections (dense padded convolutions, exact adaptive windows, ...);
+//! each family file states its formulas.
+//!
+//! A descriptor of a family this crate does not know is `Unsupported`: callers report a partial
+//! metric and a diagnostic, never a silent zero.
+
+mod activation;
+mod attention;
+mod conv;
+mod linear;
+mod norm;
+mod pool;
+
+use serde::{Deserialize, Serialize};
+
+/// One module call, as Python describes it. `input`/`output`: shapes of the first input and
+/// output tensors.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Call {
+    #[serde(default)]
+    pub input: Option<Vec<i64>>,
+    #[serde(default)]
+    pub output: Option<Vec<i64>>,
+    #[serde(flatten)]
+    pub module: Module,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "family", rename_all = "snake_case")]
+pub enum Module {
+    Identity,
+    Flatten,
+    Linear(linear::Linear),
+    Activation(activation::Activation),
+    Conv(conv::Conv),
+    ConvTranspose(conv::ConvTranspose),
+    BatchNorm(norm::BatchNorm),
+    LayerNorm(norm::LayerNorm),
+    MaxPool(pool::Pool),
+    AvgPool(pool::Pool),
+    AdaptiveMaxPool(pool::Adaptive),
+    AdaptiveAvgPool(pool::Adaptive),
+    Dropout(activation::Dropout),
+    MultiheadAttention(attention::Mha),
+    /// Anything else: `type` is the class name, for the diagnostic.
+    Unsupported {
+        #[serde(rename = "type")]
+        type_name: String,
+    },
+}
+
+/// Why a formula gave no number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// The module type (or this metric of it) has no formula: `Module type not supported: <Type>`.
+    Unsupported(String),
+    /// The call cannot be priced (arguments the formula does not cover): the message says why.
+    Error(String),
+    /// The call exposed no input (or output) tensor to price.
+    MissingTensor(String),
+}
+
+pub type Count = Result<u64, Failure>;
+
+/// A receptive-field number: an integer where the formula gives one (kernel sizes), a float
+/// otherwise (strides of transposed convolutions, adaptive paddings), as torchscan 0.2.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum RfNumber {
+    Int(i64),
+    Float(f64),
+}
+
+pub type Rf = Result<[RfNumber; 3], Failure>;
+
+pub(crate) const POINTWISE_RF: [RfNumber; 3] = [RfNumber::Float(1.0), RfNumber::Float(1.0), RfNumber::Float(0.0)];
+
+/// The four metrics of one call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Metrics {
+    pub flops: Result<u64, Failure>,
+    pub macs: Result<u64, Failure>,
+    pub dmas: Result<u64, Failure>,
+    pub receptive_field: Rf,
+}
+
+pub(crate) fn err(message: impl Into<String>) -> Failure {
+    Failure::Error(message.into())
+}
+
+pub(crate) fn overflow() -> Failure {
+    err("the count exceeds 2^64")
+}
+
+/// Checked helpers: module counts are exact integers or an error, never a wrapped number.
+pub(crate) fn numel(shape: &[i64]) -> Result<u64, Failure> {
+    shape.iter().try_fold(1u64, |acc, &d| {
+        let d = u64::try_from(d).map_err(|_| err("a tensor shape has a negative size"))?;
+        acc.checked_mul(d).ok_or_else(overflow)
+    })
+}
+
+pub(crate) fn product(values: &[u64]) -> Result<u64, Failure> {
+    values.iter().try_fold(1u64, |acc, &v| acc.checked_mul(v).ok_or_else(overflow))
+}
+
+pub(crate) fn sum(values: &[u64]) -> Result<u64, Failure> {
+    values.iter().try_fold(0u64, |acc, &v| acc.checked_add(v).ok_or_else(overflow))
+}
+
+pub(crate) fn positive(value: i64, what: &str) -> Result<u64, Failure> {
+    u64::try_from(value).map_err(|_| err(format!("{what} must not be negative")))
+}
+
+fn shape<'a>(shape: &'a Option<Vec<i64>>, which: &str) -> Result<&'a [i64], Failure> {
+    shape.as_deref().ok_or_else(|| Failure::MissingTensor(format!("the module call exposed no {which} tensor")))
+}
+
+impl Call {
+    pub fn metrics(&self) -> Metrics {
+        Metrics { flops: self.flops(), macs: self.macs(), dmas: self.dmas(), receptive_field: self.receptive_field() }
+    }
+
+    fn shapes(&self) -> Result<(&[i64], &[i64]), Failure> {
+        Ok((shape(&self.input, "input")?, shape(&self.output, "output")?))
+    }
+
+    pub fn flops(&self) -> Count {
+        use Module::*;
+        match &self.module {
+            Identity | Flatten => Ok(0),
+            Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
+            MultiheadAttention(m) => m.flops(),
+            module => {
+                let (input, output) = self.shapes()?;
+                match module {
+                    Linear(m) => m.flops(input),
+                    Activation(m) => m.flops(input),
+                    Conv(m) => m.flops(output),
+                    ConvTranspose(m) => m.flops(input, output),
+                    BatchNorm(m) => m.flops(input),
+                    LayerNorm(m) => m.flops(input),
+                    MaxPool(m) => pool::max_flops(m, output),
+                    AvgPool(m) => pool::avg_flops(m, output),
+                    AdaptiveMaxPool(m) => pool::adaptive_max_flops(m, input, output),
+                    AdaptiveAvgPool(m) => pool::adaptive_avg_flops(m, input, output),
+                    Dropout(m) => m.flops(input),
+                    Identity | Flatten | Unsupported { .. } | MultiheadAttention(_) => unreachable!(),
+                }
+            }
+        }
+    }
+
+    pub fn macs(&self) -> Count {
+        use Module::*;
+        match &self.module {
+            Identity | Flatten | Activation(_) | Dropout(_) => Ok(0),
+            Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
+            MultiheadAttention(m) => m.macs(),
+            module => {
+                let (input, output) = self.shapes()?;
+                match module {
+                    Linear(m) => m.macs(output),
+                    Conv(m) => m.macs(output),
+                    ConvTranspose(m) => m.macs(input),
+                    BatchNorm(m) => m.macs(input),
+                    LayerNorm(m) => m.macs(input),
+                    MaxPool(m) => pool::max_flops(m, output),
+                    AvgPool(m) => pool::avg_macs(m, output),
+                    AdaptiveMaxPool(m) => pool::adaptive_max_flops(m, input, output),
+                    AdaptiveAvgPool(m) => pool::adaptive_avg_macs(m, input, output),
+                    _ => unreachable!(),
+                }
+            }
+        }
+    }
+
+    pub fn dmas(&self) -> Count {
+        use Module::*;
+        match &self.module {
+            Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
+            MultiheadAttention(m) => m.dmas(),
+            module => {
+                let (input, output) = self.shapes()?;
+                let (n_in, n_out) = (numel(input)?, numel(output)?);
+                match module {
+                    Identity => Ok(n_in),
+                    Flatten => n_in.checked_mul(2).ok_or_else(overflow),
+                    Linear(m) => m.dmas(n_in, n_out),
+                    Activation(m) => m.dmas(n_in, n_out),
+                    Conv(m) => m.dmas(n_out),
+                    ConvTranspose(m) => m.dmas(n_out),
+                    BatchNorm(m) => m.dmas(n_in, n_out),
+                    LayerNorm(m) => m.dmas(input),
+                    MaxPool(m) => pool::max_dmas(m, output),
+                    AvgPool(m) => pool::avg_dmas(m, output),
+                    AdaptiveMaxPool(m) => pool::adaptive_max_dmas(m, input, output),
+                    AdaptiveAvgPool(m) => pool::adaptive_avg_dmas(m, input, output),
+                    Dropout(m) => m.dmas(n_in, n_out),
+                    Unsupported { .. } | MultiheadAttention(_) => unreachable!(),
+                }
+            }
+        }
+    }
+
+    pub fn receptive_field(&self) -> Rf {
+        use Module::*;
+        match &self.module {
+            Identity | Flatten | Linear(_) | Activation(_) | BatchNorm(_) | Dropout(_) => Ok(POINTWISE_RF),
+            Conv(m) => m.receptive_field(),
+            ConvTranspose(m) => m.receptive_field(),
+            MaxPool(m) => pool::windowed_rf(m, true),
+            AvgPool(m) => pool::windowed_rf(m, false),
+            AdaptiveMaxPool(_) | AdaptiveAvgPool(_) => {
+                let (input, output) = self.shapes()?;
+                pool::adaptive_rf(input, output)
+            }
+            // No receptive-field formula (as in torchscan 0.2): reported, not guessed.
+            LayerNorm(_) => Err(Failure::Unsupported("LayerNorm".into())),
+            MultiheadAttention(_) => Err(Failure::Unsupported("MultiheadAttention".into())),
+            Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
+        }
+    }
+}
+
+/// Parses a JSON list of calls and returns a JSON list of their metrics (one FFI round trip
+/// for a whole analysis). A malformed descriptor is that call's error, not the batch's.
+pub fn metrics_json(calls: &str) -> crate::error::Result<String> {
+    let values: Vec<serde_json::Value> = serde_json::from_str(calls)
+        .map_err(|e| crate::error::Error::BadConfig(format!("module descriptors are not a JSON list ({e})")))?;
+    let results: Vec<serde_json::Value> = values
+        .into_iter()
+        .map(|value| match serde_json::from_value::<Call>(value) {
+            Ok(call) => serde_json::to_value(call.metrics()).unwrap_or(serde_json::Value::Null),
+            Err(e) => {
+                let failure = Err::<u64, _>(err(format!("malformed module descriptor: {e}")));
+                serde_json::json!({"flops": failure, "macs": failure, "dmas": failure, "receptive_field": failure})
+            }
+        })
+        .collect();
+    Ok(serde_json::Value::Array(results).to_string())
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A call from JSON, for the family tests.
+    pub fn call(json: serde_json::Value) -> Call {
+        serde_json::from_value(json).expect("test descriptor")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::call;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn identity_flatten_and_unsupported() {
+        let id = call(json!({"family": "identity", "input": [1, 8], "output": [1, 8]}));
+        assert_eq!(id.metrics(), Metrics { flops: Ok(0), macs: Ok(0), dmas: Ok(8), receptive_field: Ok(POINTWISE_RF) });
+        let flat = call(json!({"family": "flatten", "input": [1, 8], "output": [1, 8]}));
+        assert_eq!(flat.dmas(), Ok(16));
+        let other = call(json!({"family": "unsupported", "type": "MyBlock", "input": [1], "output": [1]}));
+        assert_eq!(other.flops(), Err(Failure::Unsupported("MyBlock".into())));
+        assert_eq!(other.receptive_field(), Err(Failure::Unsupported("MyBlock".into())));
+    }
+
+    #[test]
+    fn missing_tensors_are_errors_naming_the_side() {
+        let l = call(json!({"family": "linear", "in_features": 8, "out_features": 4, "bias": true, "num_params": 36}));
+        assert_eq!(l.flops(), Err(Failure::MissingTensor("the module call exposed no input tensor".into())));
+    }
+
+    #[test]
+    fn batch_json_round_trip() {
+        let out =
+            metrics_json(r#"[{"family": "identity", "input": [2, 3], "output": [2, 3]}, {"family": 7}]"#).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v[0]["flops"], json!({"Ok": 0}));
+        assert_eq!(v[0]["receptive_field"], json!({"Ok": [1.0, 1.0, 0.0]}));
+        assert!(v[1]["flops"]["Err"]["error"].as_str().unwrap().starts_with("malformed module descriptor"));
+        assert!(metrics_json("{").is_err());
+    }
+}
