@@ -112,6 +112,16 @@ std::string module_metrics(const std::string& calls) {
   return std::string(call_core([&] { return ffi::module_metrics(calls); }));
 }
 
+std::string analysis_report(const std::string& document) {
+  return std::string(call_core([&] { return ffi::analysis_report(document); }));
+}
+
+std::string format_info(const std::string& report, const std::string& wrap_mode, bool receptive_field,
+                        bool effective_rf_stats) {
+  return std::string(
+      call_core([&] { return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats); }));
+}
+
 std::string torch_version() {
   return TORCHSCAN_TORCH_VERSION;
 }
@@ -134,4 +144,7 @@ TORCH_LIBRARY(torchscan, m) {
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
   def("module_metrics(str calls) -> str", &torchscan::module_metrics);
+  def("analysis_report(str document) -> str", &torchscan::analysis_report);
+  def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats) -> str",
+      &torchscan::format_info);
 }

@@ -65,6 +65,17 @@ mod bridge {
         /// Module formulas for a JSON list of module-call descriptors (see `modules/`).
         fn module_metrics(calls: &str) -> Result<String>;
 
+        /// `crawl_module`'s report from its document (see `analysis.rs`).
+        fn analysis_report(document: &str) -> Result<String>;
+
+        /// The `summary` table of a report; `wrap_mode` is "mid", "end" or "" (no wrapping).
+        fn format_info(
+            report: &str,
+            wrap_mode: &str,
+            receptive_field: bool,
+            effective_rf_stats: bool,
+        ) -> Result<String>;
+
         type MemoryTracker;
         fn new_memory_tracker() -> Box<MemoryTracker>;
         /// One CPU allocator event: +bytes allocated, -bytes freed. Never panics.
@@ -192,4 +203,22 @@ fn memory_report_json(tracker: &MemoryTracker) -> String {
 
 fn module_metrics(calls: &str) -> Result<String, String> {
     guarded(|| crate::modules::metrics_json(calls))
+}
+
+fn analysis_report(document: &str) -> Result<String, String> {
+    guarded(|| crate::analysis::assemble_json(document))
+}
+
+fn format_info(
+    report: &str,
+    wrap_mode: &str,
+    receptive_field: bool,
+    effective_rf_stats: bool,
+) -> Result<String, String> {
+    guarded(|| {
+        let report: serde_json::Value = serde_json::from_str(report)
+            .map_err(|e| crate::error::Error::BadConfig(format!("the report is not JSON ({e})")))?;
+        let wrap = crate::summary::Wrap::parse((!wrap_mode.is_empty()).then_some(wrap_mode))?;
+        crate::summary::format_info(&report, wrap, receptive_field, effective_rf_stats)
+    })
 }

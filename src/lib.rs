@@ -5,6 +5,7 @@
 //! [`session::Session`]. Sessions apply the counting rule with the [`formulas`] registry and
 //! build the [`report`] types. Nothing outside `ffi.rs` knows about C++ or Python.
 
+pub mod analysis;
 pub mod args;
 pub mod error;
 pub mod formulas;
@@ -14,6 +15,7 @@ pub mod registry;
 pub mod report;
 pub mod scopes;
 pub mod session;
+pub mod summary;
 
 #[cfg(feature = "torch")]
 mod ffi;

@@ -112,6 +112,10 @@ pub struct FlopReport {
     pub by_module: BTreeMap<String, u64>,
     /// Module label -> status of its `by_module` number (additive to the 0.2 schema).
     pub by_module_status: BTreeMap<String, Status>,
+    /// Per module *call* (`crawl_module`'s layer identities): inclusive FLOPs. Only sessions that
+    /// push call scopes have it; `crawl_module` moves it into the layers.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub by_call: BTreeMap<String, MetricResult>,
     /// Operator packet (`aten.mm`) -> FLOPs of the counted operators (as in 0.2).
     pub by_operator: BTreeMap<String, u64>,
     /// Operator packet -> calls, for every counted operator (additive).

@@ -17,6 +17,9 @@ pub struct LabelCount {
 
 const ROOT: u32 = 0;
 
+/// Prefix of labels that identify one module call rather than a module.
+pub const CALL_PREFIX: char = '\0';
+
 struct Node {
     label: u32,
     parent: u32,
@@ -120,7 +123,8 @@ impl ScopeTree {
     }
 
     /// Inclusive FLOPs per label. Nodes are created after their parents, so one reverse pass
-    /// folds children into parents.
+    /// folds children into parents. Labels starting with [`CALL_PREFIX`] mark one module *call*
+    /// (`crawl_module`'s per-layer counts); the others name modules (`by_module`).
     pub fn by_label(&self) -> BTreeMap<String, LabelCount> {
         let n = self.nodes.len();
         let mut flops: Vec<Option<u64>> = self.nodes.iter().map(|x| (!x.overflowed).then_some(x.flops)).collect();

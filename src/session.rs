@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, HashMap};
 use crate::args::{index_stream, Args};
 use crate::formulas::{self, Category, FormulaError, Rule};
 use crate::report::{
-    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, Severity, METHOD_NATIVE,
+    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, Severity, Status, METHOD_NATIVE,
     SCHEMA_VERSION, TORCHSCAN_VERSION,
 };
-use crate::scopes::ScopeTree;
+use crate::scopes::{ScopeTree, CALL_PREFIX};
 
 /// What the shim learns about an operator the first time a session sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -544,9 +544,20 @@ impl Session {
         if self.backward_seen {
             by_phase.insert("backward".to_string(), phase_metric(&self.phases[1]));
         }
-        let labels = self.scopes.by_label();
+        let (calls, labels): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            self.scopes.by_label().into_iter().partition(|(label, _)| label.starts_with(CALL_PREFIX));
         let by_module_status = labels.iter().map(|(label, c)| (label.clone(), c.status)).collect();
         let by_module = labels.into_iter().filter_map(|(label, c)| Some((label, c.flops?))).collect();
+        let by_call = calls
+            .into_iter()
+            .map(|(label, c)| {
+                let metric = match c.flops {
+                    Some(v) => MetricResult::from_count(v, c.status == Status::Partial, false, "module_call"),
+                    None => MetricResult::unavailable("module_call"),
+                };
+                (label.trim_start_matches(CALL_PREFIX).to_string(), metric)
+            })
+            .collect();
         FlopReport {
             schema_version: SCHEMA_VERSION,
             context: FlopContext {
@@ -557,6 +568,7 @@ impl Session {
             total: MetricResult::from_count(self.total.flops, self.total.incomplete, self.total.overflowed, "workload"),
             by_module,
             by_module_status,
+            by_call,
             by_operator,
             operator_calls,
             by_category,

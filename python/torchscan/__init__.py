@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from .crawler import crawl_module, summary
 from .errors import IncompleteAnalysisError
 from .flops import measure_flops
-from .report import Diagnostic, FlopReport, MetricResult, metric_result
+from .report import AnalysisReport, Diagnostic, FlopReport, LayerReport, MetricResult, metric_result
 
 __version__ = "0.3.0"
 
 __all__ = [
+    "AnalysisReport",
     "Diagnostic",
     "FlopReport",
     "IncompleteAnalysisError",
+    "LayerReport",
     "MetricResult",
+    "crawl_module",
     "measure_flops",
     "metric_result",
+    "summary",
 ]

@@ -11,7 +11,7 @@ import json
 import operator
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -52,16 +52,33 @@ def measure_flops(
     if not callable(workload):
         raise TypeError(f"workload must be a zero-argument callable, got {type(workload).__name__}")
     roots = _roots(modules)
-    formulas = _formulas(custom_mapping)
+    return count_operators(workload, lambda handle: _ModuleLabels(handle, roots), _formulas(custom_mapping))
+
+
+class ScopeDriver(Protocol):
+    """Installs what pushes and pops scopes into a session while the workload runs."""
+
+    def install(self) -> None: ...
+
+    def remove(self) -> None: ...
+
+
+def count_operators(
+    workload: Callable[[], Any],
+    scopes: Callable[[int], ScopeDriver],
+    formulas: dict[str, tuple[str, CustomFormula]],
+) -> FlopReport:
+    """One native counting session around ``workload()``: the engine of measure_flops and of
+    crawl_module. ``scopes(handle)`` builds the hooks that label the work."""
     config = json.dumps({"torch_version": torch.__version__, "custom_operators": sorted(formulas)})
     handle = ops.open_session(config)
     try:
-        labels = _ModuleLabels(handle, roots)
+        driver = scopes(handle)
         try:
-            labels.install()
+            driver.install()
             workload()
         finally:
-            labels.remove()
+            driver.remove()
             pending = ops.close_session(handle)
         results = _price(json.loads(pending), formulas)
         report: FlopReport = json.loads(ops.finish_session(handle, json.dumps(results)))

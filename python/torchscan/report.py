@@ -6,13 +6,15 @@ readers. Every numeric metric carries a status: read `value` only when it is `co
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
+    "AnalysisReport",
     "Diagnostic",
     "FlopContext",
     "FlopReport",
     "IgnoredOperator",
+    "LayerReport",
     "MetricResult",
     "MetricStatus",
     "metric_result",
@@ -65,6 +67,29 @@ class FlopReport(TypedDict):
     by_category: dict[str, int]
     by_phase: dict[str, MetricResult]
     ignored_operators: dict[str, IgnoredOperator]
+    diagnostics: list[Diagnostic]
+
+
+class LayerReport(TypedDict):
+    path: str
+    call_index: int
+    name: str
+    depth: int
+    type: str
+    input: dict[str, Any]
+    output: dict[str, Any]
+    parameters: dict[str, int | bool]
+    buffers: dict[str, int | bool]
+    metrics: dict[str, MetricResult]
+
+
+class AnalysisReport(TypedDict):
+    schema_version: int
+    context: dict[str, Any]
+    inputs: dict[str, Any]
+    layers: list[LayerReport]
+    operator_flops: FlopReport
+    totals: dict[str, MetricResult]
     diagnostics: list[Diagnostic]
 
 

@@ -1,0 +1,315 @@
+//! The text table `summary` prints, rendered from an AnalysisReport exactly as torchscan 0.2
+//! lays it out: columns Layer / Type / Output Shape / Param # / Trainable (+ receptive field,
+//! effective stride and padding on request), then the parameter, size and metric-total lines
+//! (`known` before a partial value).
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+const HEADERS: [&str; 8] = [
+    "Layer",
+    "Type",
+    "Output Shape",
+    "Param #",
+    "Trainable",
+    "Receptive field",
+    "Effective stride",
+    "Effective padding",
+];
+const MAX_WIDTHS: [usize; 8] = [27, 20, 25, 15, 9, 15, 16, 17];
+const MARGIN: &str = "    ";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wrap {
+    Mid,
+    End,
+    None,
+}
+
+impl Wrap {
+    pub fn parse(mode: Option<&str>) -> Result<Wrap> {
+        match mode {
+            Some("mid") => Ok(Wrap::Mid),
+            Some("end") => Ok(Wrap::End),
+            None => Ok(Wrap::None),
+            Some(other) => Err(Error::BadConfig(format!("wrap_mode must be 'mid', 'end' or None, got {other:?}"))),
+        }
+    }
+}
+
+fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// Python's `s[:n]` (a negative `n` counts from the end).
+fn prefix(s: &str, n: isize) -> String {
+    let len = chars(s) as isize;
+    let end = if n < 0 { (len + n).max(0) } else { n.min(len) };
+    s.chars().take(end as usize).collect()
+}
+
+fn wrap_string(s: &str, max_len: usize, mode: Wrap) -> String {
+    const WRAP: &str = "[...]";
+    if chars(s) <= max_len || mode == Wrap::None {
+        return s.to_string();
+    }
+    match mode {
+        Wrap::End => prefix(s, max_len as isize - chars(WRAP) as isize) + WRAP,
+        _ => {
+            let last = s.rsplit('.').next().unwrap_or(s);
+            let tail = format!("{WRAP}.{last}");
+            prefix(s, max_len as isize - chars(&tail) as isize) + &tail
+        }
+    }
+}
+
+/// Pads to `width` then truncates to it (Python `f"{s:<{w}}"` then `f"{s:.{w}}"`).
+fn fit(s: &str, width: Option<usize>) -> String {
+    match width {
+        Some(w) => format!("{s:<w$}").chars().take(w).collect(),
+        None => s.to_string(),
+    }
+}
+
+fn tree_name(name: &str, depth: u64) -> String {
+    match depth {
+        0 => name.to_string(),
+        1 => format!("├─{name}"),
+        d => format!("{}└─{name}", "|    ".repeat(d as usize - 1)),
+    }
+}
+
+fn shape_text(meta: &Value) -> String {
+    let items =
+        |v: &Value| -> Vec<String> { v.as_array().map(|a| a.iter().map(shape_text).collect()).unwrap_or_default() };
+    match meta["kind"].as_str().unwrap_or("") {
+        "tensor" => {
+            let dims: Vec<String> =
+                meta["shape"].as_array().map(|a| a.iter().map(|d| d.to_string()).collect()).unwrap_or_default();
+            if dims.len() == 1 {
+                format!("({},)", dims[0])
+            } else {
+                format!("({})", dims.join(", "))
+            }
+        }
+        "tuple" => format!("({})", items(&meta["items"]).join(", ")),
+        "list" => format!("[{}]", items(&meta["items"]).join(", ")),
+        "mapping" => {
+            let values: Vec<String> = meta["items"]
+                .as_array()
+                .map(|a| a.iter().map(|item| shape_text(&item["value"])).collect())
+                .unwrap_or_default();
+            format!("{{{}}}", values.join(", "))
+        }
+        kind => kind.to_string(),
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The number a metric stands for: its value when complete, else its known lower bound.
+fn metric_number(metric: &Value) -> Option<f64> {
+    let field = if metric["status"] == "complete" { "value" } else { "known_value" };
+    metric.get(field).and_then(Value::as_f64)
+}
+
+fn int(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn cells(layer: &Value, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] {
+    let name = tree_name(layer["name"].as_str().unwrap_or(""), layer["depth"].as_u64().unwrap_or(0));
+    let name_limit = widths[0].map_or(100, |w| w + 3);
+    let params = &layer["parameters"];
+    let owned = int(&params["trainable"]) + int(&params["frozen"]);
+    let rf = |key: &str| match layer["metrics"].get(key).and_then(metric_number) {
+        Some(v) => format!("{v:.0}"),
+        None => "?".to_string(),
+    };
+    [
+        fit(&wrap_string(&name, name_limit, wrap), widths[0]),
+        fit(layer["type"].as_str().unwrap_or(""), widths[1]),
+        fit(&wrap_string(&shape_text(&layer["output"]), widths[2].unwrap_or(100), Wrap::End), widths[2]),
+        fit(&thousands(owned + int(&layer["buffers"]["elements"])), widths[3]),
+        fit(
+            if owned == 0 {
+                "-"
+            } else if int(&params["trainable"]) > 0 {
+                "True"
+            } else {
+                "False"
+            },
+            widths[4],
+        ),
+        fit(&rf("receptive_field"), widths[5]),
+        fit(&rf("effective_stride"), widths[6]),
+        fit(&rf("effective_padding"), widths[7]),
+    ]
+}
+
+fn unit_scale(v: f64) -> (f64, &'static str) {
+    for (scale, prefix) in [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")] {
+        if (v / scale).floor() > 0.0 {
+            return (v / scale, prefix);
+        }
+    }
+    (v, "")
+}
+
+fn total_line(name: &str, metric: &Value) -> String {
+    let complete = metric["status"] == "complete";
+    match metric_number(metric) {
+        None => format!("{name}: unavailable"),
+        Some(v) => {
+            let (scaled, prefix) = unit_scale(v);
+            let unit = metric["unit"].as_str().unwrap_or("");
+            format!("{name}: {}{scaled:.2} {prefix}{unit}", if complete { "" } else { "known " })
+        }
+    }
+}
+
+/// The table for `report` (`format_info` in Python).
+pub fn format_info(report: &Value, wrap: Wrap, receptive_field: bool, effective_rf_stats: bool) -> Result<String> {
+    let layers = report["layers"].as_array().ok_or_else(|| Error::BadConfig("report has no 'layers' list".into()))?;
+    let totals =
+        report["totals"].as_object().ok_or_else(|| Error::BadConfig("report has no 'totals' mapping".into()))?;
+    let mut widths: [usize; 8] = HEADERS.map(chars);
+    for layer in layers {
+        for (w, cell) in widths.iter_mut().zip(cells(layer, &[None; 8], wrap)) {
+            *w = (*w).max(chars(&cell));
+        }
+    }
+    for (w, max) in widths.iter_mut().zip(MAX_WIDTHS) {
+        *w = (*w).min(max);
+    }
+    let columns = if !receptive_field {
+        5
+    } else if !effective_rf_stats {
+        6
+    } else {
+        8
+    };
+    let length = widths[..columns].iter().sum::<usize>() + (columns - 1) * MARGIN.len();
+    let (thin, thick, dots) = ("_".repeat(length), "=".repeat(length), "-".repeat(length));
+    let fixed: [Option<usize>; 8] = widths.map(Some);
+    let mut lines = vec![thin.clone()];
+    lines.push(HEADERS[..columns].iter().zip(widths).map(|(h, w)| format!("{h:<w$}")).collect::<Vec<_>>().join(MARGIN));
+    lines.push(thick.clone());
+    for layer in layers {
+        lines.push(cells(layer, &fixed, wrap)[..columns].join(MARGIN));
+    }
+    lines.push(thick);
+    let total = |key: &str| totals.get(key).map(|m| int(&m["value"])).unwrap_or(0);
+    lines.push(format!("Trainable params: {}", thousands(total("trainable_parameters"))));
+    lines.push(format!("Non-trainable params: {}", thousands(total("frozen_parameters"))));
+    lines.push(format!("Total params: {}", thousands(total("parameters"))));
+    lines.push(dots.clone());
+    let size = (total("parameter_bytes") + total("buffer_bytes")) as f64 / 1024f64.powi(2);
+    lines.push(format!("Model size (params + buffers): {size:.2} Mb"));
+    lines.push(dots);
+    for (label, key) in [
+        ("Module-formula forward FLOPs", "module_flops"),
+        ("Multiply-Accumulations", "macs"),
+        ("Direct memory accesses", "dmas"),
+        ("Operator forward FLOPs", "operator_flops"),
+    ] {
+        if let Some(metric) = totals.get(key) {
+            lines.push(total_line(label, metric));
+        }
+    }
+    if let Some(n) = report["diagnostics"].as_array().map(Vec::len).filter(|&n| n > 0) {
+        lines.push(format!("Diagnostics: {n} (inspect report['diagnostics'])"));
+    }
+    lines.push(thin);
+    Ok(lines.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn metric(v: u64, unit: &str) -> Value {
+        json!({"status": "complete", "value": v, "known_value": v, "unit": unit, "scope": "s", "method": "m"})
+    }
+
+    /// torchscan 0.2's README example: summary(nn.Conv2d(3, 8, 3), (3, 32, 32)).
+    fn conv_report() -> Value {
+        json!({
+            "layers": [{"path": "", "call_index": 0, "name": "conv2d", "depth": 0, "type": "Conv2d",
+                        "output": {"kind": "tensor", "shape": [1, 8, 30, 30]},
+                        "parameters": {"trainable": 224, "frozen": 0, "bytes": 896, "shared": false},
+                        "buffers": {"elements": 0, "bytes": 0, "shared": false},
+                        "metrics": {"receptive_field": metric(3, "elements")}}],
+            "totals": {"parameters": metric(224, "elements"), "trainable_parameters": metric(224, "elements"),
+                       "frozen_parameters": metric(0, "elements"), "parameter_bytes": metric(896, "bytes"),
+                       "buffer_bytes": metric(0, "bytes"), "module_flops": metric(388_800, "FLOPs"),
+                       "macs": metric(194_400, "MACs"), "dmas": metric(201_824, "DMAs"),
+                       "operator_flops": metric(388_800, "FLOPs")},
+            "diagnostics": [],
+        })
+    }
+
+    #[test]
+    fn reproduces_the_reference_table() {
+        let table = format_info(&conv_report(), Wrap::Mid, false, false).unwrap();
+        let trimmed: Vec<&str> = table.lines().map(str::trim_end).collect();
+        assert_eq!(
+            trimmed,
+            vec![
+                "__________________________________________________________",
+                "Layer     Type      Output Shape      Param #    Trainable",
+                "==========================================================",
+                "conv2d    Conv2d    (1, 8, 30, 30)    224        True",
+                "==========================================================",
+                "Trainable params: 224",
+                "Non-trainable params: 0",
+                "Total params: 224",
+                "----------------------------------------------------------",
+                "Model size (params + buffers): 0.00 Mb",
+                "----------------------------------------------------------",
+                "Module-formula forward FLOPs: 388.80 kFLOPs",
+                "Multiply-Accumulations: 194.40 kMACs",
+                "Direct memory accesses: 201.82 kDMAs",
+                "Operator forward FLOPs: 388.80 kFLOPs",
+                "__________________________________________________________",
+            ]
+        );
+    }
+
+    #[test]
+    fn partial_and_unavailable_totals_and_rf_columns() {
+        let mut r = conv_report();
+        r["totals"]["macs"] = json!({"status": "partial", "value": null, "known_value": 0, "unit": "MACs"});
+        r["totals"]["dmas"] = json!({"status": "unavailable", "value": null, "known_value": null, "unit": "DMAs"});
+        r["diagnostics"] = json!([{"code": "x"}]);
+        let table = format_info(&r, Wrap::Mid, true, false).unwrap();
+        assert!(table.contains("Multiply-Accumulations: known 0.00 MACs"));
+        assert!(table.contains("Direct memory accesses: unavailable"));
+        assert!(table.contains("Diagnostics: 1 (inspect report['diagnostics'])"));
+        assert!(table.lines().nth(1).unwrap().contains("Receptive field"));
+        assert!(table.lines().nth(3).unwrap().trim_end().ends_with('3'));
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(thousands(11_689_512), "11,689,512");
+        assert_eq!(tree_name("conv1", 2), "|    └─conv1");
+        assert_eq!(wrap_string("features.denseblock1.denselayer1", 20, Wrap::Mid), "fea[...].denselayer1");
+        assert_eq!(wrap_string("abcdefghij", 8, Wrap::End), "abc[...]");
+        assert_eq!(shape_text(&json!({"kind": "tensor", "shape": [4]})), "(4,)");
+        assert_eq!(shape_text(&json!({"kind": "tuple", "items": [{"kind": "none"}]})), "(none)");
+        assert!(Wrap::parse(Some("start")).is_err());
+    }
+}

@@ -1,0 +1,240 @@
+"""crawl_module and summary: hand-computed reports, input rules, restoration guarantees."""
+
+import json
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import torchscan
+from torchscan import IncompleteAnalysisError, crawl_module, summary
+from torchscan.utils import aggregate_info, format_info
+
+
+def test_conv2d_report_matches_hand_computed_values():
+    report = crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))
+    [layer] = report["layers"]
+    assert (layer["path"], layer["call_index"], layer["name"], layer["depth"], layer["type"]) == (
+        "",
+        0,
+        "conv2d",
+        0,
+        "Conv2d",
+    )
+    assert layer["output"] == {
+        "kind": "tensor",
+        "shape": [1, 8, 30, 30],
+        "dtype": "torch.float32",
+        "device": "cpu",
+        "requires_grad": False,
+    }
+    assert layer["parameters"] == {"trainable": 224, "frozen": 0, "bytes": 896, "shared": False}
+    metrics = layer["metrics"]
+    # 7200 outputs x (27 products + 26 adds + bias) = 388_800; 194_400 MACs.
+    assert metrics["module_flops"]["value"] == 388_800
+    assert metrics["macs"]["value"] == 194_400
+    assert metrics["dmas"]["value"] == 201_824
+    # PyTorch's convention, 2 per multiply-accumulate without the bias: the same 388_800 here.
+    assert metrics["operator_flops"]["value"] == 2 * 7200 * 27
+    assert (metrics["receptive_field"]["value"], metrics["effective_stride"]["value"]) == (3, 1)
+    totals = report["totals"]
+    assert totals["module_flops"]["value"] == 388_800
+    assert totals["operator_flops"] == report["operator_flops"]["total"]
+    assert totals["parameters"]["value"] == 224
+    assert report["diagnostics"] == []
+    assert report["context"]["model_type"] == "torch.nn.modules.conv.Conv2d"
+    assert report["context"]["execution_mode"] == "evaluation_no_grad"
+    json.dumps(report)
+
+
+def test_resnet18_layer_operator_flops_add_up():
+    model = torchvision.models.resnet18()
+    report = crawl_module(model, (3, 64, 64))
+    root = report["layers"][0]
+    assert root["path"] == "" and root["metrics"]["operator_flops"]["status"] == "complete"
+    assert root["metrics"]["operator_flops"]["value"] == report["totals"]["operator_flops"]["value"]
+    by_path = {layer["path"]: layer for layer in report["layers"]}
+    conv1 = by_path["conv1"]["metrics"]["operator_flops"]["value"]
+    assert conv1 == 2 * 64 * 3 * 49 * 32 * 32  # its own convolution: 2 * C_out * C_in * k^2 * out pixels
+    fc = by_path["fc"]["metrics"]["operator_flops"]["value"]
+    assert fc == 2 * 512 * 1000
+    assert report["totals"]["module_flops"]["status"] == "complete"
+    assert model.training  # restored
+
+
+def test_shared_module_called_twice_counts_parameters_once():
+    shared = nn.Linear(4, 4)
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = shared
+
+        def forward(self, x):
+            return self.block(self.block(x))
+
+    report = crawl_module(Twice(), (4,))
+    calls = [layer for layer in report["layers"] if layer["path"] == "block"]
+    assert [c["call_index"] for c in calls] == [0, 1]
+    assert calls[0]["parameters"] == {"trainable": 20, "frozen": 0, "bytes": 80, "shared": False}
+    assert calls[1]["parameters"] == {"trainable": 0, "frozen": 0, "bytes": 0, "shared": True}
+    # Each call is its own layer with its own FLOPs: 4 x (4 products + 3 adds + bias) = 32.
+    assert [c["metrics"]["module_flops"]["value"] for c in calls] == [32, 32]
+    assert report["totals"]["module_flops"]["value"] == 64
+
+
+def test_nested_outputs_and_kwargs_only_calls():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, *, x, scale):
+            y = self.fc(x) * scale
+            return {"out": (y, [None, y])}
+
+    x = torch.randn(1, 3)
+    report = crawl_module(Net(), kwargs={"x": x, "scale": 2.0})
+    assert report["inputs"]["source"] == "provided"
+    assert report["inputs"]["args"] == []
+    assert report["inputs"]["kwargs"]["scale"] == {"kind": "scalar", "type": "float"}
+    out = report["layers"][0]["output"]
+    assert out["kind"] == "mapping" and out["items"][0]["key"] == "out"
+    assert out["items"][0]["value"]["items"][1]["items"][0] == {"kind": "none"}
+    assert "2.0" not in json.dumps(report["inputs"])
+
+
+def test_provided_inputs_are_forwarded_unchanged():
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(x)
+            return x
+
+    x = torch.randn(2, 2)
+    crawl_module(Probe(), args=(x,))
+    assert seen[0] is x
+
+
+def test_structure_mode():
+    report = crawl_module(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), (2,), mode="structure")
+    assert report["context"]["analysis_mode"] == "structure"
+    assert report["totals"]["module_flops"]["method"] == "not_requested"
+    assert report["totals"]["operator_flops"]["status"] == "unavailable"
+    assert all(set(layer["metrics"]) == {"calls"} for layer in report["layers"])
+    assert report["totals"]["parameters"]["value"] == 6
+
+
+def test_unsupported_leaf_is_partial_and_strict_raises_with_the_report():
+    class Custom(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    model = nn.Sequential(nn.Linear(2, 2), Custom())
+    report = crawl_module(model, (2,))
+    assert report["totals"]["module_flops"]["status"] == "partial"
+    assert report["totals"]["module_flops"]["known_value"] == 2 * (2 + 1 + 1)
+    codes = {d["code"] for d in report["diagnostics"]}
+    assert codes == {"unsupported_module_metric"}
+    assert report["diagnostics"][0]["path"] == "1"
+    with pytest.raises(IncompleteAnalysisError) as caught:
+        crawl_module(model, (2,), strict=True)
+    assert str(caught.value) == "Analysis is incomplete for: dmas, macs, module_flops, receptive_field."
+    assert caught.value.report["totals"]["module_flops"]["status"] == "partial"
+
+
+def test_flags_and_hooks_restored_after_an_exception():
+    class Boom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(2)
+
+        def forward(self, x):
+            self.bn(x)
+            raise KeyError("boom")
+
+    model = Boom().train()
+    model.bn.eval()
+    with pytest.raises(KeyError, match="boom"):
+        crawl_module(model, (2,))
+    assert model.training and not model.bn.training
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    assert not model.bn._forward_hooks and not model.bn._forward_pre_hooks
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({}, ValueError, "Exactly one of input_shape or args/kwargs must be provided"),
+        ({"input_shape": (2,), "args": (torch.zeros(1, 2),)}, ValueError, "both were given"),
+        ({"args": [torch.zeros(1, 2)]}, TypeError, "args must be a tuple, got list"),
+        ({"kwargs": [("x", 1)]}, TypeError, "kwargs must be a mapping, got list"),
+        ({"kwargs": {1: torch.zeros(1)}}, TypeError, "kwargs keys must be strings, got a key of type int"),
+        ({"args": (torch.zeros(1, 2),), "dtype": torch.float64}, ValueError, "dtype and device apply only"),
+        ({"input_shape": 2}, TypeError, "input_shape must be a tuple or a non-empty list of tuples, got 2"),
+        ({"input_shape": []}, TypeError, "non-empty list of tuples"),
+        ({"input_shape": (2.0,)}, TypeError, "Every input_shape dimension must be an integer, got 2.0"),
+        ({"input_shape": (-2,)}, ValueError, "cannot be negative, got -2"),
+        ({"input_shape": [(2,)], "dtype": [torch.float32, torch.float64]}, ValueError, r"\(2 != 1\)"),
+        ({"input_shape": (2,), "dtype": ["float32"]}, TypeError, "Every dtype value must be a torch.dtype, got str"),
+        ({"input_shape": (2,), "mode": "fast"}, ValueError, "mode must be 'full' or 'structure', got 'fast'"),
+        ({"input_data": torch.zeros(1, 2)}, TypeError, "input_data"),
+    ],
+)
+def test_bad_inputs(kwargs, error, message):
+    model = nn.Linear(2, 2)
+    with pytest.raises(error, match=message):
+        crawl_module(model, **kwargs)
+    assert not model._forward_hooks and model.training
+
+
+def test_generated_input_dtypes():
+    class Probe(nn.Module):
+        def forward(self, a, b, c):
+            self.seen = (a, b, c)
+            return a
+
+    probe = Probe()
+    crawl_module(probe, [(2,), (3,), (1,)], dtype=[torch.float64, torch.int64, torch.bool])
+    a, b, c = probe.seen
+    assert (a.shape, a.dtype, b.dtype, c.dtype) == ((1, 2), torch.float64, torch.int64, torch.bool)
+    assert int(b.sum()) == 0 and bool(c.all())
+
+
+def test_summary_prints_the_table_and_returns_the_report(capsys):
+    report = summary(nn.Conv2d(3, 8, 3), (3, 32, 32))
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert lines[1] == "Layer     Type      Output Shape      Param #    Trainable"
+    assert lines[3] == "conv2d    Conv2d    (1, 8, 30, 30)    224        True"
+    assert "Module-formula forward FLOPs: 388.80 kFLOPs" in lines
+    # PyTorch's convention (2 per multiply-accumulate, no bias) lands on the same number here.
+    assert "Operator forward FLOPs: 388.80 kFLOPs" in lines
+    assert report["totals"] == crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))["totals"]
+
+
+def test_aggregate_info_and_format_info():
+    report = crawl_module(nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.ReLU()), (2,))
+    assert [layer["depth"] for layer in aggregate_info(report, 1)["layers"]] == [0, 1, 1]
+    with pytest.raises(ValueError, match="max_depth must be non-negative, got -1"):
+        aggregate_info(report, -1)
+    with pytest.raises(ValueError, match="max_depth 5 is higher than the module depth"):
+        aggregate_info(report, 5)
+    table = format_info(report, receptive_field=True, effective_rf_stats=True)
+    assert "Effective padding" in table.splitlines()[1]
+    assert "|    └─0" in table
+    with pytest.raises(ValueError, match="wrap_mode must be"):
+        format_info(report, wrap_mode="start")
+
+
+def test_reports_are_deterministic():
+    model = torchvision.models.resnet18()
+    torch.manual_seed(0)
+    first = json.dumps(crawl_module(model, (3, 32, 32)))
+    torch.manual_seed(0)
+    assert json.dumps(crawl_module(model, (3, 32, 32))) == first
+
+
+def test_module_type_export():
+    assert torchscan.crawl_module is crawl_module
