@@ -122,6 +122,10 @@ std::string format_info(const std::string& report, const std::string& wrap_mode,
       call_core([&] { return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats); }));
 }
 
+std::string compare_reports(const std::string& before, const std::string& after) {
+  return std::string(call_core([&] { return ffi::compare_reports(before, after); }));
+}
+
 std::string torch_version() {
   return TORCHSCAN_TORCH_VERSION;
 }
@@ -145,6 +149,7 @@ TORCH_LIBRARY(torchscan, m) {
   def("torch_version() -> str", &torchscan::torch_version);
   def("module_metrics(str calls) -> str", &torchscan::module_metrics);
   def("analysis_report(str document) -> str", &torchscan::analysis_report);
+  def("compare_reports(str before, str after) -> str", &torchscan::compare_reports);
   def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats) -> str",
       &torchscan::format_info);
 }

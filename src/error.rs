@@ -41,6 +41,12 @@ pub enum Error {
     BadCustomResults(String),
     #[error("expected {expected}, got {got}")]
     WrongType { expected: &'static str, got: String },
+    /// A report given to `compare_reports` has a field of the wrong type.
+    #[error("{0}")]
+    ReportType(String),
+    /// A report given to `compare_reports` has an invalid value or an incompatible metric.
+    #[error("{0}")]
+    ReportValue(String),
 }
 
 impl Error {
@@ -52,8 +58,8 @@ impl Error {
             | Error::SessionStillOpen(_)
             | Error::TooManySessions(_)
             | Error::ScopeUnderflow(_) => ErrorKind::Runtime,
-            Error::BadConfig(_) | Error::BadCustomResults(_) => ErrorKind::Value,
-            Error::WrongType { .. } => ErrorKind::Type,
+            Error::BadConfig(_) | Error::BadCustomResults(_) | Error::ReportValue(_) => ErrorKind::Value,
+            Error::WrongType { .. } | Error::ReportType(_) => ErrorKind::Type,
         }
     }
 

@@ -76,6 +76,9 @@ mod bridge {
             effective_rf_stats: bool,
         ) -> Result<String>;
 
+        /// The ReportDiff of two reports (JSON, encoded as `compare.rs` describes).
+        fn compare_reports(before: &str, after: &str) -> Result<String>;
+
         type MemoryTracker;
         fn new_memory_tracker() -> Box<MemoryTracker>;
         /// One CPU allocator event: +bytes allocated, -bytes freed. Never panics.
@@ -221,4 +224,8 @@ fn format_info(
         let wrap = crate::summary::Wrap::parse((!wrap_mode.is_empty()).then_some(wrap_mode))?;
         crate::summary::format_info(&report, wrap, receptive_field, effective_rf_stats)
     })
+}
+
+fn compare_reports(before: &str, after: &str) -> Result<String, String> {
+    guarded(|| crate::compare::compare_json(before, after))
 }

@@ -7,6 +7,7 @@
 
 pub mod analysis;
 pub mod args;
+pub mod compare;
 pub mod error;
 pub mod formulas;
 pub mod memory;

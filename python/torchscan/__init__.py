@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from .compare import compare_reports
 from .crawler import crawl_module, summary
 from .errors import IncompleteAnalysisError
 from .flops import measure_flops
-from .report import AnalysisReport, Diagnostic, FlopReport, LayerReport, MetricResult, metric_result
+from .report import (
+    AnalysisReport,
+    Diagnostic,
+    FlopReport,
+    LayerReport,
+    MetricResult,
+    ReportDiff,
+    metric_result,
+)
 
 __version__ = "0.3.0"
 
@@ -16,6 +25,8 @@ __all__ = [
     "IncompleteAnalysisError",
     "LayerReport",
     "MetricResult",
+    "ReportDiff",
+    "compare_reports",
     "crawl_module",
     "measure_flops",
     "metric_result",

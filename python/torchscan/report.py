@@ -14,9 +14,14 @@ __all__ = [
     "FlopContext",
     "FlopReport",
     "IgnoredOperator",
+    "LayerChanges",
+    "LayerDiff",
     "LayerReport",
+    "LayerSnapshot",
+    "MetricDiff",
     "MetricResult",
     "MetricStatus",
+    "ReportDiff",
     "metric_result",
 ]
 
@@ -91,6 +96,37 @@ class AnalysisReport(TypedDict):
     operator_flops: FlopReport
     totals: dict[str, MetricResult]
     diagnostics: list[Diagnostic]
+
+
+class MetricDiff(TypedDict):
+    status: MetricStatus
+    delta: int | float | None
+    before: MetricResult | None
+    after: MetricResult | None
+
+
+class LayerSnapshot(TypedDict):
+    path: str
+    call_index: int
+    metrics: dict[str, MetricResult]
+
+
+class LayerDiff(TypedDict):
+    path: str
+    call_index: int
+    metrics: dict[str, MetricDiff]
+
+
+class LayerChanges(TypedDict):
+    added: list[LayerSnapshot]
+    removed: list[LayerSnapshot]
+    changed: list[LayerDiff]
+
+
+class ReportDiff(TypedDict):
+    schema_version: int
+    totals: dict[str, MetricDiff]
+    layers: LayerChanges
 
 
 _STATUSES = ("complete", "partial", "unavailable")

@@ -1,0 +1,366 @@
+//! `compare_reports`: a pure, deterministic diff of two AnalysisReports (this package's or
+//! torchscan 0.2's: the same schema). Reports are validated first (`before` then `after`; totals,
+//! then layers), every problem named by its location (`before['totals']['macs']['value']`).
+//!
+//! Python encodes what JSON cannot say (see `torchscan/compare.py`): a tuple as
+//! `{"\u0000tuple": [...]}`, a mapping with a non-string key as `{"\u0000nonstr": true}`, a
+//! non-finite float as `{"\u0000float": "nan"}`, any other object as `{"\u0000type": "Name"}`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+
+const MARK_NONSTR: &str = "\u{0}nonstr";
+const MARK_FLOAT: &str = "\u{0}float";
+const SUPPORTED: i64 = 1;
+
+type Metrics = BTreeMap<String, Map<String, Value>>;
+
+struct Normalized {
+    version: i64,
+    totals: Metrics,
+    layers: BTreeMap<(String, i64), Metrics>,
+}
+
+fn type_error(message: String) -> Error {
+    Error::ReportType(message)
+}
+
+fn value_error(message: String) -> Error {
+    Error::ReportValue(message)
+}
+
+fn repr(name: &str) -> String {
+    format!("'{}'", name.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// A JSON object that stands for a real mapping (not one of the encoder's markers).
+fn mapping<'a>(value: &'a Value, location: &str) -> Result<&'a Map<String, Value>> {
+    match value.as_object() {
+        Some(map) if map.keys().any(|k| k.starts_with('\u{0}') && k != MARK_NONSTR) => {
+            Err(type_error(format!("{location} must be a mapping")))
+        }
+        Some(map) => Ok(map),
+        None => Err(type_error(format!("{location} must be a mapping"))),
+    }
+}
+
+fn string_keys(map: &Map<String, Value>, location: &str) -> Result<()> {
+    if map.contains_key(MARK_NONSTR) {
+        return Err(type_error(format!("{location} keys must be strings")));
+    }
+    Ok(())
+}
+
+/// `Some(number)`, `None` for null; errors for anything else (a bool is not a number).
+fn number(value: &Value, location: &str) -> Result<Option<Value>> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Number(_) => Ok(Some(value.clone())),
+        Value::Object(o) if o.contains_key(MARK_FLOAT) => {
+            Err(value_error(format!("{location} must be a finite number or None")))
+        }
+        _ => Err(type_error(format!("{location} must be a number or None"))),
+    }
+}
+
+fn same_number(a: &Value, b: &Value) -> bool {
+    match (a.as_i64(), b.as_i64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.as_f64() == b.as_f64(),
+    }
+}
+
+fn normalize_metric(value: &Value, location: &str) -> Result<Map<String, Value>> {
+    let map = mapping(value, location)?;
+    for field in ["status", "value", "known_value"] {
+        if !map.contains_key(field) {
+            return Err(value_error(format!("{location} must contain '{field}'")));
+        }
+    }
+    let status = match map["status"].as_str() {
+        Some(s @ ("complete" | "partial" | "unavailable")) => s,
+        _ => return Err(value_error(format!("{location}['status'] must be 'complete', 'partial', or 'unavailable'"))),
+    };
+    let v = number(&map["value"], &format!("{location}['value']"))?;
+    let known = number(&map["known_value"], &format!("{location}['known_value']"))?;
+    match status {
+        "complete" => {
+            let Some(v) = &v else {
+                return Err(value_error(format!("{location}['value'] must be a number when status is 'complete'")));
+            };
+            if !known.as_ref().is_some_and(|k| same_number(k, v)) {
+                return Err(value_error(format!(
+                    "{location}['known_value'] must equal 'value' when status is 'complete'"
+                )));
+            }
+        }
+        "partial" if v.is_some() || known.is_none() => {
+            return Err(value_error(format!("{location} must have only a known_value when status is 'partial'")))
+        }
+        "unavailable" if v.is_some() || known.is_some() => {
+            return Err(value_error(format!("{location} numeric values must be None when status is 'unavailable'")))
+        }
+        _ => {}
+    }
+    let mut out = Map::new();
+    out.insert("status".into(), json!(status));
+    out.insert("value".into(), v.unwrap_or(Value::Null));
+    out.insert("known_value".into(), known.unwrap_or(Value::Null));
+    for field in ["unit", "scope", "method"] {
+        if let Some(text) = map.get(field) {
+            let text = text.as_str().ok_or_else(|| type_error(format!("{location}['{field}'] must be a string")))?;
+            out.insert(field.into(), json!(text));
+        }
+    }
+    Ok(out)
+}
+
+fn normalize_metrics(value: &Value, location: &str) -> Result<Metrics> {
+    let map = mapping(value, location)?;
+    string_keys(map, location)?;
+    let mut out = Metrics::new();
+    for (name, metric) in map {
+        out.insert(name.clone(), normalize_metric(metric, &format!("{location}[{}]", repr(name)))?);
+    }
+    Ok(out)
+}
+
+fn normalize(report: &Value, location: &str) -> Result<Normalized> {
+    let map = mapping(report, location)?;
+    let version_location = format!("{location}['schema_version']");
+    let version = match map.get("schema_version") {
+        Some(Value::Number(n)) if n.is_i64() => n.as_i64().unwrap_or_default(),
+        _ => return Err(type_error(format!("{version_location} must be an integer"))),
+    };
+    let totals = normalize_metrics(map.get("totals").unwrap_or(&Value::Null), &format!("{location}['totals']"))?;
+    let layers_location = format!("{location}['layers']");
+    let items = match map.get("layers") {
+        Some(Value::Array(items)) => items,
+        _ => return Err(type_error(format!("{layers_location} must be a list"))),
+    };
+    let mut layers = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let item_location = format!("{layers_location}[{i}]");
+        let layer = mapping(item, &item_location)?;
+        let path = layer
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| type_error(format!("{item_location}['path'] must be a string")))?;
+        let call_index = match layer.get("call_index") {
+            Some(Value::Number(n)) if n.is_i64() => n.as_i64().unwrap_or_default(),
+            _ => return Err(type_error(format!("{item_location}['call_index'] must be an integer"))),
+        };
+        let key = (path.to_string(), call_index);
+        if layers.contains_key(&key) {
+            return Err(value_error(format!(
+                "{layers_location} contains duplicate layer call ({}, {call_index})",
+                repr(path)
+            )));
+        }
+        let metrics =
+            normalize_metrics(layer.get("metrics").unwrap_or(&Value::Null), &format!("{item_location}['metrics']"))?;
+        layers.insert(key, metrics);
+    }
+    Ok(Normalized { version, totals, layers })
+}
+
+fn delta(before: &Value, after: &Value) -> Value {
+    match (before.as_i64(), after.as_i64()) {
+        (Some(b), Some(a)) => json!(a as i128 - b as i128),
+        _ => match (before.as_f64(), after.as_f64()) {
+            (Some(b), Some(a)) => json!(a - b),
+            _ => Value::Null,
+        },
+    }
+}
+
+fn diff_metric(before: Option<&Map<String, Value>>, after: Option<&Map<String, Value>>) -> Value {
+    let status = match (before, after) {
+        (Some(b), Some(a)) => {
+            let statuses = [b["status"].as_str(), a["status"].as_str()];
+            if statuses.contains(&Some("unavailable")) {
+                "unavailable"
+            } else if statuses.contains(&Some("partial")) {
+                "partial"
+            } else {
+                "complete"
+            }
+        }
+        _ => "unavailable",
+    };
+    let d = match (status, before, after) {
+        ("complete", Some(b), Some(a)) => delta(&b["value"], &a["value"]),
+        _ => Value::Null,
+    };
+    json!({"status": status, "delta": d, "before": before, "after": after})
+}
+
+fn diff_metrics(before: &Metrics, after: &Metrics, changed_only: bool) -> Result<Map<String, Value>> {
+    let names: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    let mut out = Map::new();
+    for name in names {
+        let (b, a) = (before.get(name), after.get(name));
+        if changed_only && b == a {
+            continue;
+        }
+        if let (Some(b), Some(a)) = (b, a) {
+            for field in ["unit", "scope", "method"] {
+                if b.get(field) != a.get(field) {
+                    return Err(value_error(format!("metric {} has incompatible {field}", repr(name))));
+                }
+            }
+        }
+        out.insert(name.clone(), diff_metric(b, a));
+    }
+    Ok(out)
+}
+
+fn snapshot(key: &(String, i64), metrics: &Metrics) -> Value {
+    json!({"path": key.0, "call_index": key.1, "metrics": metrics})
+}
+
+/// The ReportDiff of two reports (JSON values, encoded as described above).
+pub fn compare(before: &Value, after: &Value) -> Result<Value> {
+    let b = normalize(before, "before")?;
+    let a = normalize(after, "after")?;
+    if b.version != a.version {
+        return Err(value_error(format!("schema versions differ: {} != {}", b.version, a.version)));
+    }
+    if b.version != SUPPORTED {
+        return Err(value_error(format!("unsupported schema version: {}", b.version)));
+    }
+    let totals = diff_metrics(&b.totals, &a.totals, false)?;
+    let added: Vec<Value> =
+        a.layers.iter().filter(|(k, _)| !b.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
+    let removed: Vec<Value> =
+        b.layers.iter().filter(|(k, _)| !a.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
+    let mut changed = Vec::new();
+    for (key, before_metrics) in &b.layers {
+        let Some(after_metrics) = a.layers.get(key) else { continue };
+        let metrics = diff_metrics(before_metrics, after_metrics, true)?;
+        if !metrics.is_empty() {
+            changed.push(json!({"path": key.0, "call_index": key.1, "metrics": metrics}));
+        }
+    }
+    Ok(json!({
+        "schema_version": b.version,
+        "totals": totals,
+        "layers": {"added": added, "removed": removed, "changed": changed},
+    }))
+}
+
+/// `compare` over JSON text, for the FFI.
+pub fn compare_json(before: &str, after: &str) -> Result<String> {
+    let parse = |text: &str, which: &str| {
+        serde_json::from_str::<Value>(text).map_err(|e| value_error(format!("{which} is not valid JSON ({e})")))
+    };
+    Ok(compare(&parse(before, "before")?, &parse(after, "after")?)?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(status: &str, value: Value, known: Value) -> Value {
+        json!({"status": status, "value": value, "known_value": known, "unit": "FLOPs", "scope": "s", "method": "x"})
+    }
+
+    fn report(flops: Value, layers: Value) -> Value {
+        json!({"schema_version": 1, "totals": {"module_flops": flops}, "layers": layers})
+    }
+
+    fn layer(path: &str, index: i64, flops: u64) -> Value {
+        json!({"path": path, "call_index": index, "metrics": {"module_flops": m("complete", json!(flops), json!(flops))}})
+    }
+
+    #[test]
+    fn diff_of_totals_and_layers() {
+        let before = report(m("complete", json!(100), json!(100)), json!([layer("a", 0, 60), layer("b", 0, 40)]));
+        let after = report(m("complete", json!(130), json!(130)), json!([layer("a", 0, 90), layer("c", 0, 40)]));
+        let d = compare(&before, &after).unwrap();
+        assert_eq!(d["totals"]["module_flops"]["delta"], 30);
+        assert_eq!(d["totals"]["module_flops"]["status"], "complete");
+        assert_eq!(d["layers"]["added"][0]["path"], "c");
+        assert_eq!(d["layers"]["removed"][0]["path"], "b");
+        assert_eq!(d["layers"]["changed"][0]["metrics"]["module_flops"]["delta"], 30);
+        assert_eq!(d["schema_version"], 1);
+    }
+
+    #[test]
+    fn status_propagation() {
+        let before = report(m("partial", Value::Null, json!(5)), json!([]));
+        let after = report(m("complete", json!(9), json!(9)), json!([]));
+        let d = compare(&before, &after).unwrap();
+        assert_eq!(d["totals"]["module_flops"]["status"], "partial");
+        assert_eq!(d["totals"]["module_flops"]["delta"], Value::Null);
+        let missing = json!({"schema_version": 1, "totals": {}, "layers": []});
+        let d = compare(&before, &missing).unwrap();
+        assert_eq!(d["totals"]["module_flops"]["status"], "unavailable");
+        assert_eq!(d["totals"]["module_flops"]["after"], Value::Null);
+    }
+
+    #[test]
+    fn errors_name_their_location() {
+        let ok = report(m("complete", json!(1), json!(1)), json!([]));
+        let check = |bad: Value, expected: &str| {
+            let e = compare(&bad, &ok).unwrap_err();
+            assert_eq!(e.to_string(), expected);
+        };
+        check(json!([1]), "before must be a mapping");
+        check(
+            json!({"schema_version": true, "totals": {}, "layers": []}),
+            "before['schema_version'] must be an integer",
+        );
+        check(
+            report(json!({"status": "complete", "value": 1}), json!([])),
+            "before['totals']['module_flops'] must contain 'known_value'",
+        );
+        check(
+            report(m("done", json!(1), json!(1)), json!([])),
+            "before['totals']['module_flops']['status'] must be 'complete', 'partial', or 'unavailable'",
+        );
+        check(
+            report(m("complete", json!(true), json!(1)), json!([])),
+            "before['totals']['module_flops']['value'] must be a number or None",
+        );
+        check(
+            report(m("complete", json!({MARK_FLOAT: "nan"}), json!(1)), json!([])),
+            "before['totals']['module_flops']['value'] must be a finite number or None",
+        );
+        check(
+            report(m("complete", json!(1), json!(2)), json!([])),
+            "before['totals']['module_flops']['known_value'] must equal 'value' when status is 'complete'",
+        );
+        check(
+            json!({"schema_version": 1, "totals": {MARK_NONSTR: true}, "layers": []}),
+            "before['totals'] keys must be strings",
+        );
+        check(
+            json!({"schema_version": 1, "totals": {}, "layers": {"\u{0}tuple": []}}),
+            "before['layers'] must be a list",
+        );
+        check(
+            report(m("complete", json!(1), json!(1)), json!([layer("a", 0, 1), layer("a", 0, 2)])),
+            "before['layers'] contains duplicate layer call ('a', 0)",
+        );
+        check(
+            json!({"schema_version": 1, "totals": {}, "layers": [{"path": 3}]}),
+            "before['layers'][0]['path'] must be a string",
+        );
+    }
+
+    #[test]
+    fn versions_and_incompatible_metrics() {
+        let one = report(m("complete", json!(1), json!(1)), json!([]));
+        let mut two = one.clone();
+        two["schema_version"] = json!(2);
+        assert_eq!(compare(&one, &two).unwrap_err().to_string(), "schema versions differ: 1 != 2");
+        assert_eq!(compare(&two, &two).unwrap_err().to_string(), "unsupported schema version: 2");
+        let mut other_unit = one.clone();
+        other_unit["totals"]["module_flops"]["unit"] = json!("MACs");
+        assert_eq!(compare(&one, &other_unit).unwrap_err().to_string(), "metric 'module_flops' has incompatible unit");
+    }
+}
