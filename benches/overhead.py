@@ -11,7 +11,9 @@ Workloads:
   per-operator cost: the bare op itself costs a few microseconds);
 - resnet18: torchvision resnet18 forward, batch 1, 224x224, eval + no_grad;
 - peak memory: `torchscan.process.measure_peak_memory(device="cpu")` around a resnet18 training
-  step (batch 2, 224x224: forward, backward) against the bare step.
+  step (batch 2, 224x224: forward, backward) against the bare step;
+- crawl: `torchscan.crawl_module` on resnet50 (batch 1, 224x224) against its bare forward
+  (eval, no_grad).
 
 `--breakdown` also splits resnet18's overhead into its parts: a native session alone (operator
 observation), no-op global module hooks (PyTorch's hooked module-call path), and torchscan's
@@ -85,6 +87,16 @@ def peak_memory(work: Callable[[], object]) -> None:
 
 MEMORY = {"bare": bare, "measure_peak_memory": peak_memory}
 
+CRAWL_MODEL = torchvision.models.resnet50(weights=None).eval()
+CRAWL_INPUT = torch.randn(1, 3, 224, 224)
+
+
+def crawl(work: Callable[[], object]) -> None:
+    torchscan.crawl_module(CRAWL_MODEL, args=(CRAWL_INPUT,))
+
+
+CRAWL = {"bare": bare, "crawl_module": crawl}
+
 BREAKDOWN = {
     "bare": bare,
     "session only": session_only,
@@ -153,6 +165,12 @@ def main() -> None:
     tiny, _ = measure(tiny_ops, options.rounds)
     net, net_ratio = measure(resnet, options.rounds)
     memory, memory_ratio = measure(training_step, options.rounds, MEMORY)
+
+    def resnet50_forward() -> None:
+        with torch.no_grad():
+            CRAWL_MODEL(CRAWL_INPUT)
+
+    crawled, crawl_ratio = measure(resnet50_forward, options.rounds, CRAWL)
     per_op = {name: (t - tiny["bare"]) / options.ops * 1e6 for name, t in tiny.items() if name != "bare"}
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
@@ -169,6 +187,7 @@ def main() -> None:
             "measure_flops_over_bare": net_ratio["measure_flops"],
             "flop_counter_mode_over_bare": net_ratio["FlopCounterMode"],
         },
+        "crawl_resnet50": {"seconds": crawled, "crawl_module_over_bare": crawl_ratio["crawl_module"]},
         "peak_memory_training_step": {
             "seconds": memory,
             "measure_peak_memory_over_bare": memory_ratio["measure_peak_memory"],
@@ -185,6 +204,9 @@ def main() -> None:
     print(f"resnet18 training step (batch 2, 224x224) under measure_peak_memory, median of {options.rounds}:")
     for name, t in memory.items():
         print(f"  {name:20s} {t * 1e3:9.2f} ms  ({memory_ratio[name]:.3f}x bare, paired)")
+    print(f"resnet50 (batch 1, 224x224) under crawl_module, median of {options.rounds}:")
+    for name, t in crawled.items():
+        print(f"  {name:20s} {t * 1e3:9.2f} ms  ({crawl_ratio[name]:.3f}x bare, paired)")
     if options.breakdown:
         _, parts = measure(resnet, options.rounds, BREAKDOWN)
         result["resnet18_breakdown"] = parts

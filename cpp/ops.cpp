@@ -112,8 +112,16 @@ std::string module_metrics(const std::string& calls) {
   return std::string(call_core([&] { return ffi::module_metrics(calls); }));
 }
 
-std::string analysis_report(const std::string& document) {
-  return std::string(call_core([&] { return ffi::analysis_report(document); }));
+std::string analysis_report(int64_t session, const std::string& document) {
+  return std::string(call_core([&] { return ffi::analysis_report(session, document); }));
+}
+
+void enter_call(int64_t session, const std::string& module_label, const std::string& call_label) {
+  call_core([&] { ffi::push_scopes(session, module_label, call_label); });
+}
+
+void exit_call(int64_t session) {
+  call_core([&] { ffi::pop_scopes(session, 2); });
 }
 
 std::string format_info(const std::string& report, const std::string& wrap_mode, bool receptive_field,
@@ -148,7 +156,9 @@ TORCH_LIBRARY(torchscan, m) {
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
   def("module_metrics(str calls) -> str", &torchscan::module_metrics);
-  def("analysis_report(str document) -> str", &torchscan::analysis_report);
+  def("analysis_report(int session, str document) -> str", &torchscan::analysis_report);
+  def("enter_call(int session, str module_label, str call_label) -> ()", &torchscan::enter_call);
+  def("exit_call(int session) -> ()", &torchscan::exit_call);
   def("compare_reports(str before, str after) -> str", &torchscan::compare_reports);
   def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats) -> str",
       &torchscan::format_info);

@@ -22,7 +22,9 @@ struct Document {
     inputs: Value,
     layers: Vec<LayerCall>,
     parameter_totals: ParameterTotals,
-    /// The FlopReport of the same forward (`null` in structure mode).
+    /// The FlopReport of the same forward (`null` in structure mode, or when the caller hands
+    /// the report over directly, see [`assemble_with`]).
+    #[serde(default)]
     operator_flops: Option<Value>,
     torch_version: String,
 }
@@ -181,23 +183,34 @@ fn aggregate(layers: &[Value], name: &str, unit: &str) -> Value {
 /// refuses: totals that are not complete, except those not requested, and every diagnostic's
 /// metric).
 pub fn assemble(document: &str) -> Result<(Value, Vec<String>)> {
-    let doc: Document =
+    assemble_with(document, None)
+}
+
+/// As [`assemble`], with the same forward's FlopReport given directly (from the session).
+pub fn assemble_with(document: &str, flops: Option<crate::report::FlopReport>) -> Result<(Value, Vec<String>)> {
+    let mut doc: Document =
         serde_json::from_str(document).map_err(|e| Error::BadConfig(format!("malformed analysis document: {e}")))?;
+    if let Some(report) = flops {
+        doc.operator_flops = serde_json::to_value(report).ok();
+    }
     let full = doc.mode == Mode::Full;
-    let mut operator_flops = match (&doc.operator_flops, full) {
-        (Some(report), true) => report.clone(),
+    let mut operator_flops = match (doc.operator_flops, full) {
+        (Some(report), true) => report,
+        // Structure mode: the FlopReport's shape, nothing counted.
         _ => json!({
             "schema_version": SCHEMA_VERSION,
-            "context": {"torch_version": doc.torch_version, "method": NOT_REQUESTED},
+            "context": {"torch_version": doc.torch_version, "torchscan_version": crate::report::TORCHSCAN_VERSION,
+                        "method": NOT_REQUESTED},
             "total": unavailable("FLOPs", "workload", NOT_REQUESTED),
-            "by_module": {}, "by_operator": {}, "ignored_operators": {}, "diagnostics": [],
+            "by_module": {}, "by_module_status": {}, "by_operator": {}, "operator_calls": {}, "by_category": {},
+            "by_phase": {}, "ignored_operators": {}, "diagnostics": [],
         }),
     };
     let by_call = operator_flops.as_object_mut().and_then(|o| o.remove("by_call")).unwrap_or_else(|| json!({}));
 
     let mut diagnostics = Vec::new();
     let mut layers = Vec::with_capacity(doc.layers.len());
-    for (index, layer) in doc.layers.iter().enumerate() {
+    for (index, layer) in doc.layers.into_iter().enumerate() {
         let mut metrics = Map::new();
         metrics.insert("calls".into(), complete(json!(1), "calls", "module_call", "pytorch_hook"));
         if full {
@@ -207,14 +220,22 @@ pub fn assemble(document: &str) -> Result<(Value, Vec<String>)> {
                 .unwrap_or_else(|| complete(json!(0), "FLOPs", "module_call", crate::report::METHOD_NATIVE));
             metrics.insert("operator_flops".into(), own);
             if layer.leaf {
-                leaf_metrics(layer, &mut metrics, &mut diagnostics);
+                leaf_metrics(&layer, &mut metrics, &mut diagnostics);
             }
         }
-        layers.push(json!({
-            "path": layer.path, "call_index": layer.call_index, "name": layer.name, "depth": layer.depth,
-            "type": layer.type_name, "input": layer.input, "output": layer.output,
-            "parameters": layer.parameters, "buffers": layer.buffers, "metrics": metrics,
-        }));
+        // Built by move: `json!` would deep-copy these trees through serialization.
+        let mut record = Map::new();
+        record.insert("path".into(), Value::String(layer.path));
+        record.insert("call_index".into(), json!(layer.call_index));
+        record.insert("name".into(), Value::String(layer.name));
+        record.insert("depth".into(), json!(layer.depth));
+        record.insert("type".into(), Value::String(layer.type_name));
+        record.insert("input".into(), layer.input);
+        record.insert("output".into(), layer.output);
+        record.insert("parameters".into(), layer.parameters);
+        record.insert("buffers".into(), layer.buffers);
+        record.insert("metrics".into(), Value::Object(metrics));
+        layers.push(Value::Object(record));
     }
     if let Some(op_diagnostics) = operator_flops["diagnostics"].as_array() {
         diagnostics.extend(op_diagnostics.iter().cloned());
@@ -242,22 +263,24 @@ pub fn assemble(document: &str) -> Result<(Value, Vec<String>)> {
         .collect();
     incomplete.extend(diagnostics.iter().filter_map(|d| d["metric"].as_str().map(String::from)));
 
-    let report = json!({
-        "schema_version": SCHEMA_VERSION,
-        "context": doc.context,
-        "inputs": doc.inputs,
-        "layers": layers,
-        "operator_flops": operator_flops,
-        "totals": totals,
-        "diagnostics": diagnostics,
-    });
-    Ok((report, incomplete.into_iter().collect()))
+    let mut report = Map::new();
+    report.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    report.insert("context".into(), doc.context);
+    report.insert("inputs".into(), doc.inputs);
+    report.insert("layers".into(), Value::Array(layers));
+    report.insert("operator_flops".into(), operator_flops);
+    report.insert("totals".into(), Value::Object(totals));
+    report.insert("diagnostics".into(), Value::Array(diagnostics));
+    Ok((Value::Object(report), incomplete.into_iter().collect()))
 }
 
 /// `{"report": ..., "incomplete": [...]}` as JSON, for the FFI.
-pub fn assemble_json(document: &str) -> Result<String> {
-    let (report, incomplete) = assemble(document)?;
-    Ok(json!({"report": report, "incomplete": incomplete}).to_string())
+pub fn assemble_json(document: &str, flops: Option<crate::report::FlopReport>) -> Result<String> {
+    let (report, incomplete) = assemble_with(document, flops)?;
+    let mut out = Map::new();
+    out.insert("report".into(), report);
+    out.insert("incomplete".into(), Value::Array(incomplete.into_iter().map(Value::String).collect()));
+    Ok(Value::Object(out).to_string())
 }
 
 #[cfg(test)]

@@ -65,8 +65,11 @@ mod bridge {
         /// Module formulas for a JSON list of module-call descriptors (see `modules/`).
         fn module_metrics(calls: &str) -> Result<String>;
 
-        /// `crawl_module`'s report from its document (see `analysis.rs`).
-        fn analysis_report(document: &str) -> Result<String>;
+        /// `crawl_module`'s report from its document (see `analysis.rs`), finishing the closed
+        /// session `handle` into its operator FLOPs (0: no session, structure mode).
+        fn analysis_report(handle: i64, document: &str) -> Result<String>;
+        fn push_scopes(handle: i64, module_label: &str, call_label: &str) -> Result<()>;
+        fn pop_scopes(handle: i64, count: usize) -> Result<()>;
 
         /// The `summary` table of a report; `wrap_mode` is "mid", "end" or "" (no wrapping).
         fn format_info(
@@ -208,8 +211,19 @@ fn module_metrics(calls: &str) -> Result<String, String> {
     guarded(|| crate::modules::metrics_json(calls))
 }
 
-fn analysis_report(document: &str) -> Result<String, String> {
-    guarded(|| crate::analysis::assemble_json(document))
+fn analysis_report(handle: i64, document: &str) -> Result<String, String> {
+    guarded(|| {
+        let flops = if handle == 0 { None } else { Some(registry::finish(handle, &[])?) };
+        crate::analysis::assemble_json(document, flops)
+    })
+}
+
+fn push_scopes(handle: i64, module_label: &str, call_label: &str) -> Result<(), String> {
+    guarded(|| registry::push_scopes(handle, &[module_label, call_label]))
+}
+
+fn pop_scopes(handle: i64, count: usize) -> Result<(), String> {
+    guarded(|| registry::pop_scopes(handle, count))
 }
 
 fn format_info(

@@ -117,10 +117,33 @@ pub fn discard(handle: i64) {
     });
 }
 
-pub fn push_scope(handle: i64, label: &str) -> Result<()> {
+/// Pushes `labels` in order (a module label and its call label in one FFI call, say).
+pub fn push_scopes(handle: i64, labels: &[&str]) -> Result<()> {
     with_slot(handle, |slot, handle| match &mut slot.state {
         Some(State::Open(session)) => {
-            session.scopes_mut().push(label);
+            for label in labels {
+                session.scopes_mut().push(label);
+            }
+            Ok(())
+        }
+        _ => Err(Error::SessionClosed(handle)),
+    })
+}
+
+pub fn push_scope(handle: i64, label: &str) -> Result<()> {
+    push_scopes(handle, &[label])
+}
+
+/// Pops `count` scopes; an underflow pops nothing.
+pub fn pop_scopes(handle: i64, count: usize) -> Result<()> {
+    with_slot(handle, |slot, handle| match &mut slot.state {
+        Some(State::Open(session)) => {
+            if session.scopes_mut().depth() < count {
+                return Err(Error::ScopeUnderflow(handle));
+            }
+            for _ in 0..count {
+                session.scopes_mut().pop();
+            }
             Ok(())
         }
         _ => Err(Error::SessionClosed(handle)),
@@ -128,16 +151,7 @@ pub fn push_scope(handle: i64, label: &str) -> Result<()> {
 }
 
 pub fn pop_scope(handle: i64) -> Result<()> {
-    with_slot(handle, |slot, handle| match &mut slot.state {
-        Some(State::Open(session)) => {
-            if session.scopes_mut().pop() {
-                Ok(())
-            } else {
-                Err(Error::ScopeUnderflow(handle))
-            }
-        }
-        _ => Err(Error::SessionClosed(handle)),
-    })
+    pop_scopes(handle, 1)
 }
 
 /// An operator event for the session in `slot`, if it is still `generation`'s and open.

@@ -105,6 +105,11 @@ impl ScopeTree {
         }
     }
 
+    /// Scopes currently pushed.
+    pub fn depth(&self) -> usize {
+        self.stack.len()
+    }
+
     /// `false` when there is nothing to pop.
     pub fn pop(&mut self) -> bool {
         self.stack.pop().is_some()

@@ -19,14 +19,15 @@ from torch import nn
 from ._metadata import describe_call, describe_value
 from ._native import ops
 from .errors import IncompleteAnalysisError
-from .flops import count_operators
-from .modules._descriptors import describe, first_tensor
+from .modules._descriptors import describe, family, first_tensor
 from .report import AnalysisReport
 
 __all__ = ["crawl_module", "summary"]
 
 Mode = Literal["full", "structure"]
 _CALL_PREFIX = "\0"
+_enter = ops.enter_call.default
+_exit = ops.exit_call.default
 
 
 def crawl_module(
@@ -58,34 +59,34 @@ def crawl_module(
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
     recorder = _Recorder(module, full=mode == "full")
     flags = [(m, m.training) for m in module.modules()]
-    operator_flops = None
+    # Full mode counts the operators of the same forward in a native session, which the core
+    # finishes straight into the report (no FlopReport round trip through Python).
+    handle = ops.open_session(json.dumps({"torch_version": torch.__version__})) if mode == "full" else 0
     try:
-        module.eval()
-        with torch.no_grad():
-            if mode == "full":
-                operator_flops = count_operators(
-                    lambda: module(*call_args, **call_kwargs), recorder.attach, formulas={}
-                )
-            else:
-                recorder.attach(None).install()
-                try:
-                    module(*call_args, **call_kwargs)
-                finally:
-                    recorder.remove()
-    finally:
-        recorder.remove()
-        for m, flag in flags:
-            m.training = flag
-    document = {
-        "mode": mode,
-        "context": context,
-        "inputs": inputs_meta,
-        "layers": recorder.layers,
-        "parameter_totals": _parameter_totals(module),
-        "operator_flops": operator_flops,
-        "torch_version": torch.__version__,
-    }
-    result = json.loads(ops.analysis_report(json.dumps(document)))
+        try:
+            module.eval()
+            recorder.attach(handle or None).install()
+            with torch.no_grad():
+                module(*call_args, **call_kwargs)
+        finally:
+            recorder.remove()
+            for m, flag in flags:
+                m.training = flag
+            if handle:
+                ops.close_session(handle)
+        document = {
+            "mode": mode,
+            "context": context,
+            "inputs": inputs_meta,
+            "layers": recorder.layers,
+            "parameter_totals": _parameter_totals(module),
+            "torch_version": torch.__version__,
+        }
+        result = json.loads(ops.analysis_report(handle, json.dumps(document)))
+    except BaseException:
+        if handle:
+            ops.discard_session(handle)
+        raise
     report: AnalysisReport = result["report"]
     if strict and result["incomplete"]:
         raise IncompleteAnalysisError(f"Analysis is incomplete for: {', '.join(result['incomplete'])}.", report)
@@ -278,6 +279,17 @@ class _Recorder:
         else:
             self._targets = list(root.named_modules())
         self._root_label = type(root).__name__
+        self._leaf = {id(m): self._is_leaf(m) for _, m in self._targets}
+        # Labels as PyTorch's flop counter names modules (operator_flops.by_module).
+        self._labels = {id(m): f"{self._root_label}.{p}" if p else self._root_label for p, m in self._targets}
+        self._statics: dict[int, dict[str, Any]] = {}
+
+    def _static(self, module: nn.Module) -> dict[str, Any]:
+        """The module's descriptor without shapes: attributes do not change during the forward."""
+        static = self._statics.get(id(module))
+        if static is None:
+            static = self._statics[id(module)] = family(module)
+        return static
 
     def attach(self, handle: int | None) -> _Recorder:
         self._handle = handle
@@ -312,7 +324,8 @@ class _Recorder:
         return fresh, shared
 
     def _parameters(self, module: nn.Module, recurse: bool) -> dict[str, Any]:
-        fresh, shared = self._fresh(module.parameters(recurse=recurse))
+        own = module.parameters() if recurse else (p for p in module._parameters.values() if p is not None)
+        fresh, shared = self._fresh(own)
         return {
             "trainable": sum(p.numel() for p in fresh if p.requires_grad),
             "frozen": sum(p.numel() for p in fresh if not p.requires_grad),
@@ -321,7 +334,8 @@ class _Recorder:
         }
 
     def _buffers(self, module: nn.Module, recurse: bool) -> dict[str, Any]:
-        fresh, shared = self._fresh(module.buffers(recurse=recurse))
+        own = module.buffers() if recurse else (b for b in module._buffers.values() if b is not None)
+        fresh, shared = self._fresh(own)
         return {
             "elements": sum(b.numel() for b in fresh),
             "bytes": sum(b.numel() * b.element_size() for b in fresh),
@@ -347,13 +361,12 @@ class _Recorder:
                     "output": {"kind": "pending"},
                     "parameters": self._parameters(module, recurse),
                     "buffers": self._buffers(module, recurse),
-                    "leaf": self._is_leaf(module),
+                    "leaf": self._leaf[id(module)],
                 }
             )
             self._open.setdefault(id(module), []).append(index)
             if self._handle is not None:
-                ops.push_scope(self._handle, f"{self._root_label}.{path}" if path else self._root_label)
-                ops.push_scope(self._handle, f"{_CALL_PREFIX}{index}")
+                _enter(self._handle, self._labels[id(module)], f"{_CALL_PREFIX}{index}")
 
         return hook
 
@@ -366,13 +379,18 @@ class _Recorder:
             record = self.layers[index]
             record["output"] = describe_value(output)
             if self._handle is not None:
-                ops.pop_scope(self._handle)
-                ops.pop_scope(self._handle)
+                _exit(self._handle)
             if self.full and record["leaf"]:
                 ordered = _ordered_inputs(module, args, kwargs)
                 attention = isinstance(module, nn.MultiheadAttention)
-                if attention or (first_tensor(ordered) is not None and first_tensor(output) is not None):
+                if attention:
                     record["call"] = describe(module, ordered, output, attention=True)
+                else:
+                    first_in, first_out = first_tensor(ordered), first_tensor(output)
+                    if first_in is not None and first_out is not None:
+                        call = dict(self._static(module))
+                        call["input"], call["output"] = list(first_in.shape), list(first_out.shape)
+                        record["call"] = call
                 record["rf_not_applicable"] = attention
 
         return hook

@@ -14,7 +14,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd, _ConvTransposeNd
 from torch.nn.modules.pooling import _AdaptiveAvgPoolNd, _AdaptiveMaxPoolNd, _AvgPoolNd, _MaxPoolNd
 
-__all__ = ["describe", "first_tensor"]
+__all__ = ["describe", "family", "first_tensor"]
 
 _ACTIVATIONS: tuple[tuple[type[nn.Module], str], ...] = (
     (nn.ReLU, "relu"),
@@ -56,10 +56,13 @@ def _rank(module: nn.Module) -> int:
 
 
 def _num_params(module: nn.Module) -> int:
+    """Every parameter the module registers, recursively (a leaf's own dict is the fast path)."""
+    if not module._modules:
+        return sum(p.numel() for p in module._parameters.values() if p is not None)
     return sum(p.numel() for p in module.parameters())
 
 
-def _family(module: nn.Module) -> dict[str, Any]:
+def family(module: nn.Module) -> dict[str, Any]:
     if isinstance(module, nn.Identity):
         return {"family": "identity"}
     if isinstance(module, nn.Flatten):
@@ -184,7 +187,7 @@ def describe(module: nn.Module, inputs: tuple[Any, ...], out: Any, *, attention:
         if attention:
             return _attention(module, inputs, out)
         return {"family": "unsupported", "type": type(module).__name__}
-    descriptor = _family(module)
+    descriptor = family(module)
     descriptor["input"] = _shape(first_tensor(inputs))
     descriptor["output"] = _shape(first_tensor(out))
     return descriptor
