@@ -382,7 +382,7 @@ class _Recorder:
                 _exit(self._handle)
             if self.full and record["leaf"]:
                 ordered = _ordered_inputs(module, args, kwargs)
-                attention = isinstance(module, nn.MultiheadAttention)
+                attention = isinstance(module, (nn.MultiheadAttention, nn.Transformer))
                 if attention:
                     record["call"] = describe(module, ordered, output, attention=True)
                 else:

@@ -8,11 +8,12 @@
 //! metric and a diagnostic, never a silent zero.
 
 mod activation;
-mod attention;
+pub(crate) mod attention;
 mod conv;
-mod linear;
-mod norm;
+pub(crate) mod linear;
+pub(crate) mod norm;
 mod pool;
+mod transformer;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,7 @@ pub enum Module {
     AdaptiveAvgPool(pool::Adaptive),
     Dropout(activation::Dropout),
     MultiheadAttention(attention::Mha),
+    Transformer(transformer::Transformer),
     /// Anything else: `type` is the class name, for the diagnostic.
     Unsupported {
         #[serde(rename = "type")]
@@ -135,6 +137,7 @@ impl Call {
             Identity | Flatten => Ok(0),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
             MultiheadAttention(m) => m.flops(),
+            Transformer(m) => m.flops(),
             module => {
                 let (input, output) = self.shapes()?;
                 match module {
@@ -149,7 +152,7 @@ impl Call {
                     AdaptiveMaxPool(m) => pool::adaptive_max_flops(m, input, output),
                     AdaptiveAvgPool(m) => pool::adaptive_avg_flops(m, input, output),
                     Dropout(m) => m.flops(input),
-                    Identity | Flatten | Unsupported { .. } | MultiheadAttention(_) => unreachable!(),
+                    Identity | Flatten | Unsupported { .. } | MultiheadAttention(_) | Transformer(_) => unreachable!(),
                 }
             }
         }
@@ -160,6 +163,7 @@ impl Call {
         match &self.module {
             Identity | Flatten | Activation(_) | Dropout(_) => Ok(0),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
+            Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             MultiheadAttention(m) => m.macs(),
             module => {
                 let (input, output) = self.shapes()?;
@@ -183,6 +187,7 @@ impl Call {
         use Module::*;
         match &self.module {
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
+            Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             MultiheadAttention(m) => m.dmas(),
             module => {
                 let (input, output) = self.shapes()?;
@@ -201,7 +206,7 @@ impl Call {
                     AdaptiveMaxPool(m) => pool::adaptive_max_dmas(m, input, output),
                     AdaptiveAvgPool(m) => pool::adaptive_avg_dmas(m, input, output),
                     Dropout(m) => m.dmas(n_in, n_out),
-                    Unsupported { .. } | MultiheadAttention(_) => unreachable!(),
+                    Unsupported { .. } | MultiheadAttention(_) | Transformer(_) => unreachable!(),
                 }
             }
         }
@@ -222,6 +227,7 @@ impl Call {
             // No receptive-field formula (as in torchscan 0.2): reported, not guessed.
             LayerNorm(_) => Err(Failure::Unsupported("LayerNorm".into())),
             MultiheadAttention(_) => Err(Failure::Unsupported("MultiheadAttention".into())),
+            Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
         }
     }

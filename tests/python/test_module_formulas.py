@@ -114,3 +114,40 @@ def test_bad_input():
         mha = nn.MultiheadAttention(4, 2)
         q = torch.zeros(3, 4)
         module_flops(mha, (q, q, q), mha(q, q, q))
+
+
+def small_transformer():
+    return nn.Transformer(
+        d_model=4, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=8, dropout=0.0, batch_first=True
+    ).eval()
+
+
+def test_root_transformer_flops():
+    model = small_transformer()
+    src, tgt = torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)
+    with torch.no_grad():
+        out = model(src, tgt)
+    # Encoder layer 1224 + its LayerNorm 102 + decoder layer 1300 + its LayerNorm 68 (torchscan 0.2).
+    assert module_flops(model, (src, tgt), out) == 2694
+    masks = (
+        torch.zeros(3, 3, dtype=torch.bool),
+        torch.zeros(2, 2, dtype=torch.bool),
+        torch.zeros(2, 3, dtype=torch.bool),
+        torch.zeros(1, 3, dtype=torch.bool),
+        torch.zeros(1, 2, dtype=torch.bool),
+        torch.zeros(1, 3, dtype=torch.bool),
+    )
+    assert module_flops(model, (src, tgt, *masks), out) == 2770  # one add per masked score
+
+
+def test_root_transformer_in_crawl_module():
+    from torchscan import crawl_module
+
+    model = small_transformer()
+    report = crawl_module(model, args=(torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)))
+    [layer] = report["layers"]  # the root alone: its formula covers the whole stack
+    assert layer["metrics"]["module_flops"]["value"] == 2694
+    assert layer["metrics"]["receptive_field"]["method"] == "not_applicable"
+    assert layer["parameters"]["trainable"] == sum(p.numel() for p in model.parameters())
+    codes = {(d["code"], d["metric"]) for d in report["diagnostics"] if d["code"] != "uncounted_operator"}
+    assert codes == {("unsupported_module_metric", "macs"), ("unsupported_module_metric", "dmas")}

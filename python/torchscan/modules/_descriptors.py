@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd, _ConvTransposeNd
@@ -179,14 +180,92 @@ def _attention(module: nn.MultiheadAttention, inputs: tuple[Any, ...], out: Any)
     }
 
 
+def _attention_params(mha: nn.MultiheadAttention) -> dict[str, Any]:
+    return {
+        key: value
+        for key, value in _attention(mha, (), None).items()
+        if key not in ("family", "query", "key", "value", "key_padding_mask", "attn_mask")
+        and not key.startswith(("need_", "average"))
+    }
+
+
+def _layer_norm(norm: nn.Module | None) -> dict[str, Any] | None:
+    if norm is None:
+        return None
+    if type(norm) is not nn.LayerNorm:
+        raise _NotNative
+    return {
+        "normalized_shape": list(norm.normalized_shape),
+        "weight": _numel(norm.weight),
+        "bias": _numel(norm.bias),
+        "exact_type": True,
+    }
+
+
+class _NotNative(Exception):
+    """A transformer built from other parts than PyTorch's own (priced as unsupported)."""
+
+
+def _linear(linear: nn.Linear) -> dict[str, Any]:
+    return {
+        "in_features": linear.in_features,
+        "out_features": linear.out_features,
+        "bias": linear.bias is not None,
+        "num_params": _num_params(linear),
+    }
+
+
+def _transformer_layer(layer: nn.Module, decoder: bool) -> dict[str, Any]:
+    expected = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
+    if type(layer) is not expected:
+        raise _NotNative
+    activation = layer.activation
+    names = {F.relu: "relu", F.gelu: "gelu"}
+    blocks = 3 if decoder else 2
+    return {
+        "self_attn": _attention_params(layer.self_attn),
+        "multihead_attn": _attention_params(layer.multihead_attn) if decoder else None,
+        "linear1": _linear(layer.linear1),
+        "linear2": _linear(layer.linear2),
+        "activation": names.get(activation, "other"),
+        "norms": [_layer_norm(getattr(layer, f"norm{i + 1}")) for i in range(blocks)],
+        "dropout": {"p": float(layer.dropout.p), "training": layer.dropout.training},
+        "residual_dropouts": [
+            {"p": float(d.p), "training": d.training}
+            for d in (getattr(layer, f"dropout{i + 1}") for i in range(blocks))
+        ],
+    }
+
+
+def _transformer(module: nn.Transformer, inputs: tuple[Any, ...]) -> dict[str, Any]:
+    """A root nn.Transformer's call: src, tgt, then the six masks (slots 2-7)."""
+    padded = tuple(inputs) + (None,) * max(0, 8 - len(inputs))
+    src, tgt = first_tensor(padded[0]), first_tensor(padded[1])
+    try:
+        return {
+            "family": "transformer",
+            "encoder_layers": [_transformer_layer(layer, False) for layer in module.encoder.layers],
+            "encoder_norm": _layer_norm(module.encoder.norm),
+            "decoder_layers": [_transformer_layer(layer, True) for layer in module.decoder.layers],
+            "decoder_norm": _layer_norm(module.decoder.norm),
+            "src": _shape(src) or [],
+            "tgt": _shape(tgt) or [],
+            "masks": [isinstance(mask, torch.Tensor) for mask in padded[2:8]],
+        }
+    except (_NotNative, AttributeError):
+        return {"family": "unsupported", "type": type(module).__name__}
+
+
 def describe(module: nn.Module, inputs: tuple[Any, ...], out: Any, *, attention: bool) -> dict[str, Any]:
     """The descriptor of one call. ``inputs``: the forward arguments in signature order; ``out``:
     the whole output. ``attention=False`` describes MultiheadAttention as unsupported (its MACs,
     DMAs and receptive field need the whole call, which the single-tensor functions lack)."""
-    if isinstance(module, nn.MultiheadAttention):
-        if attention:
-            return _attention(module, inputs, out)
-        return {"family": "unsupported", "type": type(module).__name__}
+    if isinstance(module, (nn.MultiheadAttention, nn.Transformer)):
+        if not attention:
+            return {"family": "unsupported", "type": type(module).__name__}
+        if isinstance(module, nn.Transformer):
+            return _transformer(module, inputs)
+        return _attention(module, inputs, out)
     descriptor = family(module)
     descriptor["input"] = _shape(first_tensor(inputs))
     descriptor["output"] = _shape(first_tensor(out))
