@@ -94,3 +94,50 @@ def test_unknown_schema_version():
     future = {**small, "schema_version": 3}
     with pytest.raises(ValueError, match="unsupported schema version: 3"):
         compare_reports(future, future)
+
+
+def upstream_report(flops):
+    """A report as the pure-Python torchscan 0.2 writes it (its operator-count method)."""
+
+    def metric(value, unit, scope, method):
+        return {
+            "status": "complete",
+            "value": value,
+            "known_value": value,
+            "unit": unit,
+            "scope": scope,
+            "method": method,
+        }
+
+    return {
+        "schema_version": 1,
+        "context": {"torchscan_version": "0.2.0"},
+        "inputs": {"source": "generated", "args": [], "kwargs": {}},
+        "layers": [
+            {
+                "path": "",
+                "call_index": 0,
+                "name": "conv2d",
+                "depth": 0,
+                "type": "Conv2d",
+                "metrics": {"module_flops": metric(flops, "FLOPs", "module_call", "torchscan_module_formula")},
+            }
+        ],
+        "operator_flops": {},
+        "totals": {
+            "module_flops": metric(flops, "FLOPs", "forward", "torchscan_module_formula"),
+            "operator_flops": metric(flops, "FLOPs", "workload", "torch.utils.flop_counter.FlopCounterMode"),
+        },
+        "diagnostics": [],
+    }
+
+
+def test_reports_of_torchscan_0_2_are_accepted():
+    diff = compare_reports(upstream_report(388_800), upstream_report(400_000))
+    assert diff["totals"]["operator_flops"]["delta"] == 11_200
+    assert diff["layers"]["changed"][0]["metrics"]["module_flops"]["delta"] == 11_200
+    # Against one of ours, the module-formula metrics compare; operator counts by different
+    # methods do not (and say so).
+    ours = crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))
+    with pytest.raises(ValueError, match="metric 'operator_flops' has incompatible method"):
+        compare_reports(upstream_report(388_800), ours)

@@ -59,6 +59,11 @@ def test_resnet18_layer_operator_flops_add_up():
     assert conv1 == 2 * 64 * 3 * 49 * 32 * 32  # its own convolution: 2 * C_out * C_in * k^2 * out pixels
     fc = by_path["fc"]["metrics"]["operator_flops"]["value"]
     assert fc == 2 * 512 * 1000
+    # Every convolution leaf's operator FLOPs are its own: 2 per multiply-accumulate of its MACs.
+    convs = [layer for layer in report["layers"] if layer["type"] == "Conv2d"]
+    assert len(convs) == 20
+    for conv in convs:
+        assert conv["metrics"]["operator_flops"]["value"] == 2 * conv["metrics"]["macs"]["value"], conv["path"]
     assert report["totals"]["module_flops"]["status"] == "complete"
     assert model.training  # restored
 
