@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import modules, process, report, utils
 from .compare import compare_reports
 from .crawler import crawl_module, summary
 from .errors import IncompleteAnalysisError
@@ -30,5 +31,9 @@ __all__ = [
     "crawl_module",
     "measure_flops",
     "metric_result",
+    "modules",
+    "process",
+    "report",
     "summary",
+    "utils",
 ]

@@ -21,6 +21,7 @@ from ._native import ops
 from .errors import IncompleteAnalysisError
 from .modules._descriptors import describe, family, first_tensor
 from .report import AnalysisReport
+from .utils import aggregate_info, format_info
 
 __all__ = ["crawl_module", "summary"]
 
@@ -109,8 +110,6 @@ def summary(
     mode: Mode = "full",
 ) -> AnalysisReport:
     """crawl_module, then prints the layer table; returns the same AnalysisReport."""
-    from .utils import aggregate_info, format_info
-
     report = crawl_module(module, input_shape, dtype, args=args, kwargs=kwargs, device=device, strict=strict, mode=mode)
     display = aggregate_info(report, max_depth) if max_depth is not None else report
     print(format_info(display, wrap_mode, receptive_field, effective_rf_stats))

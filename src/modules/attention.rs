@@ -18,8 +18,9 @@ use serde::Deserialize;
 
 use super::{err, numel, positive, product, sum, Count, Failure};
 
+/// The module's own attributes (shared with the transformer layers that contain one).
 #[derive(Clone, Debug, Deserialize)]
-pub struct Mha {
+pub struct Params {
     pub embed_dim: i64,
     pub num_heads: i64,
     pub head_dim: i64,
@@ -31,6 +32,13 @@ pub struct Mha {
     pub add_zero_attn: bool,
     pub dropout: f64,
     pub training: bool,
+}
+
+/// One call: the module's attributes and what the call passed and returned.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Mha {
+    #[serde(flatten)]
+    pub params: Params,
     pub query: Vec<i64>,
     pub key: Vec<i64>,
     pub value: Vec<i64>,
@@ -65,17 +73,17 @@ impl Mha {
         if self.query.len() != 3 || self.key.len() != 3 || self.value.len() != 3 {
             return Err(err("MultiheadAttention FLOPs only support batched 3D inputs."));
         }
-        if self.bias_kv || self.add_zero_attn {
+        if self.params.bias_kv || self.params.add_zero_attn {
             return Err(err("MultiheadAttention FLOPs do not support add_bias_kv or add_zero_attn."));
         }
-        let (batch, seq) = if self.batch_first { (0, 1) } else { (1, 0) };
+        let (batch, seq) = if self.params.batch_first { (0, 1) } else { (1, 0) };
         let dims = Dims {
             b: positive(self.query[batch], "batch size")?,
             t: positive(self.query[seq], "query length")?,
             s: positive(self.key[seq], "source length")?,
-            e: positive(self.embed_dim, "embed_dim")?,
-            h: positive(self.num_heads, "num_heads")?,
-            d: positive(self.head_dim, "head_dim")?,
+            e: positive(self.params.embed_dim, "embed_dim")?,
+            h: positive(self.params.num_heads, "num_heads")?,
+            d: positive(self.params.head_dim, "head_dim")?,
         };
         if dims.t == 0 || dims.s == 0 {
             return Err(err("MultiheadAttention FLOPs require nonempty query and source sequences."));
@@ -84,7 +92,7 @@ impl Mha {
     }
 
     fn evaluation_only(&self) -> Result<(), Failure> {
-        if self.training {
+        if self.params.training {
             return Err(err("Transformer MAC/DMA estimates describe evaluation calls only."));
         }
         Ok(())
@@ -92,7 +100,7 @@ impl Mha {
 
     pub fn flops(&self) -> Count {
         let Dims { b, t, s, e, h, d } = self.dims()?;
-        let bias = u64::from(self.in_proj_bias);
+        let bias = u64::from(self.params.in_proj_bias);
         let mut terms = Vec::with_capacity(12);
         for shape in [&self.query, &self.key, &self.value] {
             terms.push(product(&[rows(shape)?, e, (2 * width(shape)? + bias).saturating_sub(1)])?);
@@ -104,14 +112,14 @@ impl Mha {
         let masks = u64::from(self.key_padding_mask.is_some()) + u64::from(self.attn_mask.is_some());
         terms.push(product(&[masks, scores])?);
         terms.push(product(&[bht, (5 * s).saturating_sub(2)])?);
-        if self.training && self.dropout > 0.0 {
-            terms.push(product(&[if self.dropout < 1.0 { 2 } else { 1 }, scores])?);
+        if self.params.training && self.params.dropout > 0.0 {
+            terms.push(product(&[if self.params.dropout < 1.0 { 2 } else { 1 }, scores])?);
         }
         terms.push(product(&[bht, d, (2 * s).saturating_sub(1)])?);
         let out_rows = product(&[e, rows(&self.query)?])?;
-        let out_in = positive(self.out_proj_in_features, "out_proj.in_features")?;
+        let out_in = positive(self.params.out_proj_in_features, "out_proj.in_features")?;
         terms.push(product(&[out_rows, (2 * out_in).saturating_sub(1)])?);
-        if self.out_proj_bias {
+        if self.params.out_proj_bias {
             terms.push(out_rows);
         }
         if self.averaged_weights_returned {
@@ -135,8 +143,8 @@ impl Mha {
         let params = sum(&[
             product(&[e, widths])?,
             product(&[e, e])?,
-            if self.in_proj_bias { 3 * e } else { 0 },
-            if self.out_proj_bias { e } else { 0 },
+            if self.params.in_proj_bias { 3 * e } else { 0 },
+            if self.params.out_proj_bias { e } else { 0 },
         ])?;
         let (q, j) = (product(&[b, t, e])?, product(&[b, s, e])?);
         let (a, r) = (product(&[b, h, t, s])?, product(&[b, h, t])?);
@@ -191,7 +199,7 @@ mod tests {
     fn unsupported_calls_are_errors() {
         let mut bad = mha(false, 5, Value::Null, false);
         if let crate::modules::Module::MultiheadAttention(m) = &mut bad.module {
-            m.training = true;
+            m.params.training = true;
         }
         assert!(bad.macs().is_err());
         assert_eq!(bad.flops(), Ok(1592), "dropout 0 adds nothing in training");

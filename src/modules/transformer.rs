@@ -13,22 +13,8 @@
 
 use serde::Deserialize;
 
-use super::{attention::Mha, err, linear::Linear, norm::LayerNorm, numel, product, sum, Count};
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct Attention {
-    pub embed_dim: i64,
-    pub num_heads: i64,
-    pub head_dim: i64,
-    pub batch_first: bool,
-    pub in_proj_bias: bool,
-    pub out_proj_in_features: i64,
-    pub out_proj_bias: bool,
-    pub bias_kv: bool,
-    pub add_zero_attn: bool,
-    pub dropout: f64,
-    pub training: bool,
-}
+use super::attention::{Mha, Params as Attention};
+use super::{err, linear::Linear, norm::LayerNorm, numel, product, sum, Count};
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Dropout {
@@ -75,17 +61,7 @@ fn dropout(d: &Dropout, elements: u64) -> Count {
 
 fn attention(a: &Attention, query: &[i64], memory: &[i64], padding_mask: bool, attn_mask: bool) -> Count {
     Mha {
-        embed_dim: a.embed_dim,
-        num_heads: a.num_heads,
-        head_dim: a.head_dim,
-        batch_first: a.batch_first,
-        in_proj_bias: a.in_proj_bias,
-        out_proj_in_features: a.out_proj_in_features,
-        out_proj_bias: a.out_proj_bias,
-        bias_kv: a.bias_kv,
-        add_zero_attn: a.add_zero_attn,
-        dropout: a.dropout,
-        training: a.training,
+        params: a.clone(),
         query: query.to_vec(),
         key: memory.to_vec(),
         value: memory.to_vec(),

@@ -54,3 +54,13 @@ def test_metric_result_invariants():
     for kwargs, message in bad:
         with pytest.raises(ValueError, match=message):
             metric_result(unit="u", scope="s", method="m", **kwargs)
+
+
+def test_public_submodules_are_attributes():
+    import subprocess
+
+    probe = (
+        "import torchscan; print(torchscan.process.measure_peak_memory.__name__, torchscan.utils.format_info.__name__)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["measure_peak_memory", "format_info"]
