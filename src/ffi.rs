@@ -50,7 +50,6 @@ mod bridge {
         fn push_scope(handle: i64, label: &str) -> Result<()>;
         fn pop_scope(handle: i64) -> Result<()>;
         fn live_sessions() -> usize;
-        fn max_sessions() -> usize;
         fn on_op_start(
             slot: usize,
             generation: u64,
@@ -155,10 +154,6 @@ fn pop_scope(handle: i64) -> Result<(), String> {
 
 fn live_sessions() -> usize {
     catch_unwind(registry::live_sessions).unwrap_or(0)
-}
-
-fn max_sessions() -> usize {
-    registry::MAX_SESSIONS
 }
 
 /// Adapts the C++ event to the core's [`crate::session::OpEvent`].

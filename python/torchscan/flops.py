@@ -68,8 +68,8 @@ def count_operators(
     scopes: Callable[[int], ScopeDriver],
     formulas: dict[str, tuple[str, CustomFormula]],
 ) -> FlopReport:
-    """One native counting session around ``workload()``: the engine of measure_flops and of
-    crawl_module. ``scopes(handle)`` builds the hooks that label the work."""
+    """One native counting session around ``workload()``, finished into its FlopReport.
+    ``scopes(handle)`` builds the hooks that label the work (module labels for by_module)."""
     config = json.dumps({"torch_version": torch.__version__, "custom_operators": sorted(formulas)})
     handle = ops.open_session(config)
     try:

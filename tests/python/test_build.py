@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.skipif(shutil.which("cargo") is None, reason="needs cargo")
 def test_build_without_torch_fails_with_an_actionable_message(tmp_path):
-    env = dict(os.environ, TORCHSCAN_PYTHON=sys.executable, CARGO_TARGET_DIR=str(tmp_path / "target"))
-    env["PYTHONPATH"] = str(tmp_path / "no-torch-here")
+    env = dict(os.environ, CARGO_TARGET_DIR=str(tmp_path / "target"))
+    env.pop("PYTHONPATH", None)
     # A Python that cannot import torch: -S skips site-packages, so build.rs's probe fails.
     shim = tmp_path / "python-without-torch"
     shim.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')

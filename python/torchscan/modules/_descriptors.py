@@ -150,14 +150,9 @@ def family(module: nn.Module) -> dict[str, Any]:
     return {"family": "unsupported", "type": type(module).__name__}
 
 
-def _attention(module: nn.MultiheadAttention, inputs: tuple[Any, ...], out: Any) -> dict[str, Any]:
-    """MultiheadAttention's call, in forward-signature order: query, key, value,
-    key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal."""
-    padded = tuple(inputs) + (None,) * max(0, 8 - len(inputs))
-    query, key, value, key_padding_mask, need_weights, attn_mask, average = padded[:7]
-    weights = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+def _attention_params(module: nn.MultiheadAttention) -> dict[str, Any]:
+    """The module's own attributes (also what a transformer layer's attention is priced with)."""
     return {
-        "family": "multihead_attention",
         "embed_dim": module.embed_dim,
         "num_heads": module.num_heads,
         "head_dim": module.head_dim,
@@ -169,6 +164,18 @@ def _attention(module: nn.MultiheadAttention, inputs: tuple[Any, ...], out: Any)
         "add_zero_attn": module.add_zero_attn,
         "dropout": float(module.dropout),
         "training": module.training,
+    }
+
+
+def _attention(module: nn.MultiheadAttention, inputs: tuple[Any, ...], out: Any) -> dict[str, Any]:
+    """MultiheadAttention's call, in forward-signature order: query, key, value,
+    key_padding_mask, need_weights, attn_mask, average_attn_weights, is_causal."""
+    padded = tuple(inputs) + (None,) * max(0, 8 - len(inputs))
+    query, key, value, key_padding_mask, need_weights, attn_mask, average = padded[:7]
+    weights = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+    return {
+        "family": "multihead_attention",
+        **_attention_params(module),
         "query": _shape(first_tensor(query)) or [],
         "key": _shape(first_tensor(key)) or [],
         "value": _shape(first_tensor(value)) or [],
@@ -177,15 +184,6 @@ def _attention(module: nn.MultiheadAttention, inputs: tuple[Any, ...], out: Any)
         "need_weights": True if need_weights is None else bool(need_weights),
         "average_attn_weights": True if average is None else bool(average),
         "averaged_weights_returned": isinstance(weights, torch.Tensor) and weights.ndim == 3,
-    }
-
-
-def _attention_params(mha: nn.MultiheadAttention) -> dict[str, Any]:
-    return {
-        key: value
-        for key, value in _attention(mha, (), None).items()
-        if key not in ("family", "query", "key", "value", "key_padding_mask", "attn_mask")
-        and not key.startswith(("need_", "average"))
     }
 
 
