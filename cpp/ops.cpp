@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include <ATen/core/dispatch/ObservedOperators.h>
 #include <torch/library.h>
 
 #include "observer.h"
@@ -140,6 +141,21 @@ std::string torch_version() {
 
 }  // namespace
 }  // namespace torchscan
+
+// The scope operators run twice per module call while a session observes every operator. An
+// operator's "observed" bit is read from this list when the operator is registered, so the
+// names go in before TORCH_LIBRARY below (static initialisers run in definition order within a
+// file): the dispatcher then starts no RecordFunction for them, and neither our callbacks nor
+// torch.profiler pay for them. The core still classifies any torchscan:: operator it does see as
+// internal.
+static const bool g_scope_operators_unobserved = [] {
+  auto& unobserved = c10::ObservedOperators::getUnobservedOperatorList();
+  for (const char* name :
+       {"torchscan::enter_call", "torchscan::exit_call", "torchscan::push_scope", "torchscan::pop_scope"}) {
+    unobserved.insert(name);
+  }
+  return true;
+}();
 
 // Every operator has side effects on native state: CONSERVATIVE alias analysis keeps TorchScript
 // from reordering them or removing a call whose result is unused (close_session, say).

@@ -2,30 +2,39 @@
 //! over: the observed layer calls (identity, metadata, parameter accounting), the module
 //! descriptors of the metric leaves, and the same-forward operator FLOP report. Every metric,
 //! status, diagnostic and total is decided here.
+//!
+//! The report is typed end to end: metadata the core only passes through (context, inputs,
+//! per-call input/output descriptions, parameter accounting) stays raw JSON text, borrowed from
+//! the document and copied into the report unparsed. On a resnet50 this is a few times faster
+//! than building `serde_json::Value` trees, and `crawl_module` runs inside training jobs.
 
-use std::collections::BTreeSet;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::error::{Error, Result};
-use crate::modules::{Call, Failure, RfNumber};
-use crate::report::SCHEMA_VERSION;
+use crate::modules::{Call, Failure, Module, RfNumber};
+use crate::report::{Diagnostic, FlopContext, FlopReport, MetricResult, Severity, Status, SCHEMA_VERSION};
 
 pub const METHOD_MODULE: &str = "torchscan_module_formula";
 const NOT_REQUESTED: &str = "not_requested";
 
+/// What Python hands over. Layer records are arrays and refer to a table of the modules, so
+/// that per-module constants (identity, type, formula descriptor) travel once.
 #[derive(Deserialize)]
-struct Document {
+struct Document<'a> {
     mode: Mode,
-    context: Value,
-    inputs: Value,
-    layers: Vec<LayerCall>,
+    #[serde(borrow)]
+    context: &'a RawValue,
+    #[serde(borrow)]
+    inputs: &'a RawValue,
+    #[serde(borrow)]
+    modules: Vec<ModuleRow<'a>>,
+    #[serde(borrow)]
+    layers: Vec<LayerCall<'a>>,
     parameter_totals: ParameterTotals,
-    /// The FlopReport of the same forward (`null` in structure mode, or when the caller hands
-    /// the report over directly, see [`assemble_with`]).
-    #[serde(default)]
-    operator_flops: Option<Value>,
     torch_version: String,
 }
 
@@ -45,54 +54,186 @@ struct ParameterTotals {
     buffer_bytes: u64,
 }
 
+/// `[path, name, depth, type, leaf, attention, descriptor]` of one module.
 #[derive(Deserialize)]
-struct LayerCall {
-    path: String,
-    call_index: u64,
-    name: String,
+struct ModuleRow<'a> {
+    #[serde(borrow)]
+    path: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     depth: u64,
-    #[serde(rename = "type")]
-    type_name: String,
-    input: Value,
-    output: Value,
-    parameters: Value,
-    buffers: Value,
+    #[serde(borrow)]
+    type_name: Cow<'a, str>,
     /// Module formulas apply (a module without children, MultiheadAttention, a root Transformer).
     leaf: bool,
-    /// The module-formula descriptor; absent when the call exposed no input or output tensor.
-    #[serde(default)]
-    call: Option<Call>,
-    /// The receptive field does not apply (attention): unavailable without a diagnostic.
-    #[serde(default)]
-    rf_not_applicable: bool,
+    /// MultiheadAttention or a root Transformer: every call carries its whole descriptor, and
+    /// the receptive field does not apply (unavailable without a diagnostic).
+    attention: bool,
+    /// The module-formula descriptor, without shapes (null for a module never priced).
+    descriptor: Option<Module>,
 }
 
-fn metric(status: &str, value: Option<Value>, known: Option<Value>, unit: &str, scope: &str, method: &str) -> Value {
-    json!({"status": status, "value": value, "known_value": known, "unit": unit, "scope": scope, "method": method})
+/// `[module, call_index, input, output, parameters, buffers, call]` of one module call.
+#[derive(Deserialize)]
+struct LayerCall<'a> {
+    module: usize,
+    call_index: u64,
+    #[serde(borrow)]
+    input: &'a RawValue,
+    #[serde(borrow)]
+    output: &'a RawValue,
+    parameters: Parameters,
+    buffers: Buffers,
+    /// `[first input shape, first output shape]` priced with the module's descriptor, a whole
+    /// descriptor (attention), or null when the call exposed no input or output tensor.
+    call: Option<CallShapes>,
 }
 
-fn complete(value: Value, unit: &str, scope: &str, method: &str) -> Value {
-    metric("complete", Some(value.clone()), Some(value), unit, scope, method)
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CallShapes {
+    Shapes(Vec<i64>, Vec<i64>),
+    Whole(Box<Call>),
 }
 
-fn unavailable(unit: &str, scope: &str, method: &str) -> Value {
-    metric("unavailable", None, None, unit, scope, method)
+/// Parameters a layer call counts first (`shared`: some were counted by an earlier call).
+#[derive(Deserialize, Serialize)]
+struct Parameters {
+    trainable: u64,
+    frozen: u64,
+    bytes: u64,
+    shared: bool,
 }
 
-fn diagnostic(code: &str, metric: &str, path: &str, message: String) -> Value {
-    json!({"code": code, "severity": "warning", "metric": metric, "path": path, "message": message})
+#[derive(Deserialize, Serialize)]
+struct Buffers {
+    elements: u64,
+    bytes: u64,
+    shared: bool,
 }
 
-/// One module-formula count as a MetricResult, with its diagnostic when it is not complete.
+/// A metric value: counts are integers, receptive-field values may be fractional.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(untagged)]
+enum Number {
+    Int(u64),
+    Signed(i64),
+    Float(f64),
+}
+
+/// A MetricResult (contract) of any unit; only the constructors below build one.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+struct Metric {
+    status: Status,
+    value: Option<Number>,
+    known_value: Option<Number>,
+    unit: &'static str,
+    scope: &'static str,
+    method: &'static str,
+}
+
+impl Metric {
+    fn complete(value: Number, unit: &'static str, scope: &'static str, method: &'static str) -> Self {
+        Metric { status: Status::Complete, value: Some(value), known_value: Some(value), unit, scope, method }
+    }
+
+    fn partial(known: u64, unit: &'static str, scope: &'static str, method: &'static str) -> Self {
+        Metric { status: Status::Partial, value: None, known_value: Some(Number::Int(known)), unit, scope, method }
+    }
+
+    fn unavailable(unit: &'static str, scope: &'static str, method: &'static str) -> Self {
+        Metric { status: Status::Unavailable, value: None, known_value: None, unit, scope, method }
+    }
+
+    fn known_count(&self) -> Option<u64> {
+        match self.known_value {
+            Some(Number::Int(v)) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A layer's metrics, or operator FLOPs straight from the session.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum LayerMetric {
+    Module(Metric),
+    Operator(MetricResult),
+}
+
+type Metrics = BTreeMap<&'static str, LayerMetric>;
+
+#[derive(Serialize)]
+struct Layer<'a> {
+    path: &'a str,
+    call_index: u64,
+    name: &'a str,
+    depth: u64,
+    #[serde(rename = "type")]
+    type_name: &'a str,
+    input: &'a RawValue,
+    output: &'a RawValue,
+    parameters: Parameters,
+    buffers: Buffers,
+    metrics: Metrics,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Total {
+    Module(Metric),
+    Operator(MetricResult),
+}
+
+impl Total {
+    fn is_counted_and_incomplete(&self) -> bool {
+        match self {
+            Total::Module(m) => m.status != Status::Complete && m.method != NOT_REQUESTED,
+            Total::Operator(m) => m.status != Status::Complete && m.method != NOT_REQUESTED,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct AnalysisReport<'a> {
+    schema_version: u32,
+    context: &'a RawValue,
+    inputs: &'a RawValue,
+    layers: Vec<Layer<'a>>,
+    operator_flops: FlopReport,
+    totals: BTreeMap<&'static str, Total>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Serialize)]
+struct Assembled<'a> {
+    report: AnalysisReport<'a>,
+    /// The names of the incomplete metrics (what `strict` refuses: totals that are not
+    /// complete, except those not requested, and every diagnostic's metric).
+    incomplete: Vec<String>,
+}
+
+fn diagnostic(code: &str, metric: &str, path: &str, message: String) -> Diagnostic {
+    Diagnostic {
+        code: code.into(),
+        severity: Severity::Warning,
+        metric: metric.into(),
+        message,
+        path: Some(path.into()),
+        operator: None,
+    }
+}
+
+/// One module-formula count as a metric, with its diagnostic when it is not complete.
 fn count_metric(
     result: &std::result::Result<u64, Failure>,
     name: &str,
-    unit: &str,
+    unit: &'static str,
     path: &str,
-    diagnostics: &mut Vec<Value>,
-) -> Value {
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Metric {
     match result {
-        Ok(v) => complete(json!(v), unit, "module_call", METHOD_MODULE),
+        Ok(v) => Metric::complete(Number::Int(*v), unit, "module_call", METHOD_MODULE),
         Err(Failure::Unsupported(type_name)) => {
             diagnostics.push(diagnostic(
                 "unsupported_module_metric",
@@ -100,45 +241,51 @@ fn count_metric(
                 path,
                 format!("Module type not supported: {type_name}"),
             ));
-            metric("partial", None, Some(json!(0)), unit, "module_call", METHOD_MODULE)
+            Metric::partial(0, unit, "module_call", METHOD_MODULE)
         }
         Err(Failure::Error(message)) | Err(Failure::MissingTensor(message)) => {
             diagnostics.push(diagnostic("module_metric_error", name, path, format!("NotImplementedError: {message}")));
-            unavailable(unit, "module_call", METHOD_MODULE)
+            Metric::unavailable(unit, "module_call", METHOD_MODULE)
         }
     }
 }
 
-fn rf_value(n: RfNumber) -> Value {
+fn rf_value(n: RfNumber) -> Number {
     match n {
-        RfNumber::Int(i) => json!(i),
-        RfNumber::Float(f) => json!(f),
+        RfNumber::Int(i) => Number::Signed(i),
+        RfNumber::Float(f) => Number::Float(f),
     }
 }
 
 const RF_METRICS: [&str; 3] = ["receptive_field", "effective_stride", "effective_padding"];
+const COUNT_METRICS: [(&str, &str); 3] = [("module_flops", "FLOPs"), ("macs", "MACs"), ("dmas", "DMAs")];
 
-fn leaf_metrics(layer: &LayerCall, metrics: &mut Map<String, Value>, diagnostics: &mut Vec<Value>) {
-    let path = layer.path.as_str();
-    let Some(call) = &layer.call else {
-        for (name, unit) in [("module_flops", "FLOPs"), ("macs", "MACs"), ("dmas", "DMAs")] {
+fn leaf_metrics(
+    call: Option<&Call>,
+    attention: bool,
+    path: &str,
+    metrics: &mut Metrics,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    let Some(call) = call else {
+        for (name, unit) in COUNT_METRICS {
             diagnostics.push(diagnostic(
                 "missing_metric_tensor",
                 name,
                 path,
                 "The module call did not expose both an input and output tensor.".into(),
             ));
-            metrics.insert(name.into(), unavailable(unit, "module_call", METHOD_MODULE));
+            metrics.insert(name, LayerMetric::Module(Metric::unavailable(unit, "module_call", METHOD_MODULE)));
         }
         return;
     };
     let m = call.metrics();
-    metrics.insert("module_flops".into(), count_metric(&m.flops, "module_flops", "FLOPs", path, diagnostics));
-    metrics.insert("macs".into(), count_metric(&m.macs, "macs", "MACs", path, diagnostics));
-    metrics.insert("dmas".into(), count_metric(&m.dmas, "dmas", "DMAs", path, diagnostics));
-    let rf: [Value; 3] = match (&m.receptive_field, layer.rf_not_applicable) {
-        (_, true) => [(); 3].map(|_| unavailable("elements", "module_call", "not_applicable")),
-        (Ok(values), false) => values.map(|v| complete(rf_value(v), "elements", "module_call", METHOD_MODULE)),
+    for ((name, unit), count) in COUNT_METRICS.into_iter().zip([&m.flops, &m.macs, &m.dmas]) {
+        metrics.insert(name, LayerMetric::Module(count_metric(count, name, unit, path, diagnostics)));
+    }
+    let rf: [Metric; 3] = match (&m.receptive_field, attention) {
+        (_, true) => [(); 3].map(|_| Metric::unavailable("elements", "module_call", "not_applicable")),
+        (Ok(values), false) => values.map(|v| Metric::complete(rf_value(v), "elements", "module_call", METHOD_MODULE)),
         (Err(failure), false) => {
             let (code, message) = match failure {
                 Failure::Unsupported(t) => ("unsupported_module_metric", format!("Module type not supported: {t}")),
@@ -147,174 +294,241 @@ fn leaf_metrics(layer: &LayerCall, metrics: &mut Map<String, Value>, diagnostics
                 }
             };
             diagnostics.push(diagnostic(code, "receptive_field", path, message));
-            [(); 3].map(|_| unavailable("elements", "module_call", METHOD_MODULE))
+            [(); 3].map(|_| Metric::unavailable("elements", "module_call", METHOD_MODULE))
         }
     };
-    for (name, value) in RF_METRICS.iter().zip(rf) {
-        metrics.insert((*name).into(), value);
+    for (name, value) in RF_METRICS.into_iter().zip(rf) {
+        metrics.insert(name, LayerMetric::Module(value));
     }
 }
 
 /// Sum of a layer metric over the layers that have it: complete if all are, partial (a lower
 /// bound) if some number is known, unavailable otherwise.
-fn aggregate(layers: &[Value], name: &str, unit: &str) -> Value {
-    let results: Vec<&Value> = layers.iter().filter_map(|l| l["metrics"].get(name)).collect();
+fn aggregate(layers: &[Layer], name: &str, unit: &'static str) -> Metric {
+    let results: Vec<&Metric> = layers
+        .iter()
+        .filter_map(|l| match l.metrics.get(name) {
+            Some(LayerMetric::Module(m)) => Some(m),
+            _ => None,
+        })
+        .collect();
     if results.is_empty() {
-        return unavailable(unit, "forward", METHOD_MODULE);
+        return Metric::unavailable(unit, "forward", METHOD_MODULE);
     }
     let mut total: Option<u64> = Some(0);
     let mut any_known = false;
     for r in &results {
-        if let Some(k) = r["known_value"].as_u64() {
+        if let Some(k) = r.known_count() {
             any_known = true;
             total = total.and_then(|t| t.checked_add(k));
         }
     }
-    let all_complete = results.iter().all(|r| r["status"] == "complete");
+    let all_complete = results.iter().all(|r| r.status == Status::Complete);
     match total {
-        None => unavailable(unit, "forward", METHOD_MODULE),
-        Some(t) if all_complete => complete(json!(t), unit, "forward", METHOD_MODULE),
-        Some(t) if any_known => metric("partial", None, Some(json!(t)), unit, "forward", METHOD_MODULE),
-        Some(_) => unavailable(unit, "forward", METHOD_MODULE),
+        None => Metric::unavailable(unit, "forward", METHOD_MODULE),
+        Some(t) if all_complete => Metric::complete(Number::Int(t), unit, "forward", METHOD_MODULE),
+        Some(t) if any_known => Metric::partial(t, unit, "forward", METHOD_MODULE),
+        Some(_) => Metric::unavailable(unit, "forward", METHOD_MODULE),
     }
 }
 
-/// Builds the report; returns it with the names of the incomplete metrics (what `strict`
-/// refuses: totals that are not complete, except those not requested, and every diagnostic's
-/// metric).
-pub fn assemble(document: &str) -> Result<(Value, Vec<String>)> {
-    assemble_with(document, None)
+/// Structure mode's operator report: the FlopReport's shape, nothing counted.
+fn not_requested(torch_version: String) -> FlopReport {
+    FlopReport {
+        schema_version: SCHEMA_VERSION,
+        context: FlopContext {
+            torch_version,
+            torchscan_version: crate::report::TORCHSCAN_VERSION.into(),
+            method: NOT_REQUESTED.into(),
+        },
+        total: MetricResult {
+            status: Status::Unavailable,
+            value: None,
+            known_value: None,
+            unit: crate::report::UNIT_FLOPS.into(),
+            scope: "workload".into(),
+            method: NOT_REQUESTED.into(),
+        },
+        by_module: BTreeMap::new(),
+        by_module_status: BTreeMap::new(),
+        by_call: BTreeMap::new(),
+        by_operator: BTreeMap::new(),
+        operator_calls: BTreeMap::new(),
+        by_category: BTreeMap::new(),
+        by_phase: BTreeMap::new(),
+        ignored_operators: BTreeMap::new(),
+        diagnostics: Vec::new(),
+    }
 }
 
-/// As [`assemble`], with the same forward's FlopReport given directly (from the session).
-pub fn assemble_with(document: &str, flops: Option<crate::report::FlopReport>) -> Result<(Value, Vec<String>)> {
-    let mut doc: Document =
+/// The per-call operator FLOPs (`by_call`, keyed by layer index), moved out of the report.
+fn per_call(report: &mut FlopReport, layers: usize) -> Vec<Option<MetricResult>> {
+    let mut by_index: Vec<Option<MetricResult>> = vec![None; layers];
+    for (key, value) in std::mem::take(&mut report.by_call) {
+        if let Some(slot) = key.parse::<usize>().ok().and_then(|i| by_index.get_mut(i)) {
+            *slot = Some(value);
+        }
+    }
+    by_index
+}
+
+/// Builds the report as JSON: `{"report": AnalysisReport, "incomplete": [metric names]}`.
+/// `flops` is the FlopReport of the same forward (from the session), `None` in structure mode.
+pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String> {
+    let doc: Document =
         serde_json::from_str(document).map_err(|e| Error::BadConfig(format!("malformed analysis document: {e}")))?;
-    if let Some(report) = flops {
-        doc.operator_flops = serde_json::to_value(report).ok();
-    }
     let full = doc.mode == Mode::Full;
-    let mut operator_flops = match (doc.operator_flops, full) {
-        (Some(report), true) => report,
-        // Structure mode: the FlopReport's shape, nothing counted.
-        _ => json!({
-            "schema_version": SCHEMA_VERSION,
-            "context": {"torch_version": doc.torch_version, "torchscan_version": crate::report::TORCHSCAN_VERSION,
-                        "method": NOT_REQUESTED},
-            "total": unavailable("FLOPs", "workload", NOT_REQUESTED),
-            "by_module": {}, "by_module_status": {}, "by_operator": {}, "operator_calls": {}, "by_category": {},
-            "by_phase": {}, "ignored_operators": {}, "diagnostics": [],
-        }),
+    let mut operator_flops = match flops {
+        Some(report) if full => report,
+        _ => not_requested(doc.torch_version),
     };
-    let by_call = operator_flops.as_object_mut().and_then(|o| o.remove("by_call")).unwrap_or_else(|| json!({}));
+    let mut by_call = per_call(&mut operator_flops, doc.layers.len());
 
+    let modules = &doc.modules;
     let mut diagnostics = Vec::new();
     let mut layers = Vec::with_capacity(doc.layers.len());
     for (index, layer) in doc.layers.into_iter().enumerate() {
-        let mut metrics = Map::new();
-        metrics.insert("calls".into(), complete(json!(1), "calls", "module_call", "pytorch_hook"));
+        let row = modules.get(layer.module).ok_or_else(|| {
+            Error::BadConfig(format!("malformed analysis document: layer {index} names module {}", layer.module))
+        })?;
+        let mut metrics = Metrics::new();
+        metrics.insert(
+            "calls",
+            LayerMetric::Module(Metric::complete(Number::Int(1), "calls", "module_call", "pytorch_hook")),
+        );
         if full {
-            let own = by_call
-                .get(index.to_string())
-                .cloned()
-                .unwrap_or_else(|| complete(json!(0), "FLOPs", "module_call", crate::report::METHOD_NATIVE));
-            metrics.insert("operator_flops".into(), own);
-            if layer.leaf {
-                leaf_metrics(&layer, &mut metrics, &mut diagnostics);
+            let own = by_call[index].take().unwrap_or_else(|| MetricResult::complete(0, "module_call"));
+            metrics.insert("operator_flops", LayerMetric::Operator(own));
+            if row.leaf {
+                let call = match layer.call {
+                    None => None,
+                    Some(CallShapes::Whole(call)) => Some(*call),
+                    Some(CallShapes::Shapes(input, output)) => {
+                        let module = row.descriptor.clone().ok_or_else(|| {
+                            Error::BadConfig(format!(
+                                "malformed analysis document: module {} has no descriptor",
+                                row.path
+                            ))
+                        })?;
+                        Some(Call { input: Some(input), output: Some(output), module })
+                    }
+                };
+                leaf_metrics(call.as_ref(), row.attention, &row.path, &mut metrics, &mut diagnostics);
             }
         }
-        // Built by move: `json!` would deep-copy these trees through serialization.
-        let mut record = Map::new();
-        record.insert("path".into(), Value::String(layer.path));
-        record.insert("call_index".into(), json!(layer.call_index));
-        record.insert("name".into(), Value::String(layer.name));
-        record.insert("depth".into(), json!(layer.depth));
-        record.insert("type".into(), Value::String(layer.type_name));
-        record.insert("input".into(), layer.input);
-        record.insert("output".into(), layer.output);
-        record.insert("parameters".into(), layer.parameters);
-        record.insert("buffers".into(), layer.buffers);
-        record.insert("metrics".into(), Value::Object(metrics));
-        layers.push(Value::Object(record));
+        layers.push(Layer {
+            path: &row.path,
+            call_index: layer.call_index,
+            name: &row.name,
+            depth: row.depth,
+            type_name: &row.type_name,
+            input: layer.input,
+            output: layer.output,
+            parameters: layer.parameters,
+            buffers: layer.buffers,
+            metrics,
+        });
     }
-    if let Some(op_diagnostics) = operator_flops["diagnostics"].as_array() {
-        diagnostics.extend(op_diagnostics.iter().cloned());
-    }
+    diagnostics.extend(operator_flops.diagnostics.iter().cloned());
 
     let p = &doc.parameter_totals;
-    let model = |v: u64, unit: &str| complete(json!(v), unit, "model", "pytorch");
-    let mut totals = Map::new();
-    totals.insert("parameters".into(), model(p.trainable + p.frozen, "elements"));
-    totals.insert("trainable_parameters".into(), model(p.trainable, "elements"));
-    totals.insert("frozen_parameters".into(), model(p.frozen, "elements"));
-    totals.insert("parameter_bytes".into(), model(p.parameter_bytes, "bytes"));
-    totals.insert("buffer_elements".into(), model(p.buffer_elements, "elements"));
-    totals.insert("buffer_bytes".into(), model(p.buffer_bytes, "bytes"));
-    for (name, unit) in [("module_flops", "FLOPs"), ("macs", "MACs"), ("dmas", "DMAs")] {
-        let value = if full { aggregate(&layers, name, unit) } else { unavailable(unit, "forward", NOT_REQUESTED) };
-        totals.insert(name.into(), value);
+    let model = |v: u64, unit: &'static str| Total::Module(Metric::complete(Number::Int(v), unit, "model", "pytorch"));
+    let mut totals = BTreeMap::new();
+    totals.insert("parameters", model(p.trainable.saturating_add(p.frozen), "elements"));
+    totals.insert("trainable_parameters", model(p.trainable, "elements"));
+    totals.insert("frozen_parameters", model(p.frozen, "elements"));
+    totals.insert("parameter_bytes", model(p.parameter_bytes, "bytes"));
+    totals.insert("buffer_elements", model(p.buffer_elements, "elements"));
+    totals.insert("buffer_bytes", model(p.buffer_bytes, "bytes"));
+    for (name, unit) in COUNT_METRICS {
+        let value =
+            if full { aggregate(&layers, name, unit) } else { Metric::unavailable(unit, "forward", NOT_REQUESTED) };
+        totals.insert(name, Total::Module(value));
     }
-    totals.insert("operator_flops".into(), operator_flops["total"].clone());
+    totals.insert("operator_flops", Total::Operator(operator_flops.total.clone()));
 
-    let mut incomplete: BTreeSet<String> = totals
-        .iter()
-        .filter(|(_, m)| m["status"] != "complete" && m["method"] != NOT_REQUESTED)
-        .map(|(name, _)| name.clone())
-        .collect();
-    incomplete.extend(diagnostics.iter().filter_map(|d| d["metric"].as_str().map(String::from)));
+    let mut incomplete: BTreeSet<String> =
+        totals.iter().filter(|(_, m)| m.is_counted_and_incomplete()).map(|(name, _)| (*name).to_string()).collect();
+    incomplete.extend(diagnostics.iter().map(|d| d.metric.clone()));
 
-    let mut report = Map::new();
-    report.insert("schema_version".into(), json!(SCHEMA_VERSION));
-    report.insert("context".into(), doc.context);
-    report.insert("inputs".into(), doc.inputs);
-    report.insert("layers".into(), Value::Array(layers));
-    report.insert("operator_flops".into(), operator_flops);
-    report.insert("totals".into(), Value::Object(totals));
-    report.insert("diagnostics".into(), Value::Array(diagnostics));
-    Ok((Value::Object(report), incomplete.into_iter().collect()))
-}
-
-/// `{"report": ..., "incomplete": [...]}` as JSON, for the FFI.
-pub fn assemble_json(document: &str, flops: Option<crate::report::FlopReport>) -> Result<String> {
-    let (report, incomplete) = assemble_with(document, flops)?;
-    let mut out = Map::new();
-    out.insert("report".into(), report);
-    out.insert("incomplete".into(), Value::Array(incomplete.into_iter().map(Value::String).collect()));
-    Ok(Value::Object(out).to_string())
+    let assembled = Assembled {
+        report: AnalysisReport {
+            schema_version: SCHEMA_VERSION,
+            context: doc.context,
+            inputs: doc.inputs,
+            layers,
+            operator_flops,
+            totals,
+            diagnostics,
+        },
+        incomplete: incomplete.into_iter().collect(),
+    };
+    serde_json::to_string(&assembled).map_err(|e| Error::BadConfig(format!("the report cannot be serialized: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
 
-    fn layer(path: &str, leaf: bool, call: Value) -> Value {
-        json!({"path": path, "call_index": 0, "name": path, "depth": 1, "type": "T", "input": {}, "output": {},
-               "parameters": {}, "buffers": {}, "leaf": leaf, "call": call})
+    /// One module called once: its table row and its layer record (the document's two arrays).
+    struct Layer(Value, Value);
+
+    fn layer(path: &str, leaf: bool, descriptor: Value, call: Value) -> Layer {
+        Layer(
+            json!([path, path, 1, "T", leaf, false, descriptor]),
+            json!([0, 0, {"args": []}, {"kind": "none"}, [1, 0, 4, false], [0, 0, false], call]),
+        )
     }
 
-    fn document(mode: &str, layers: Vec<Value>) -> String {
+    fn document(mode: &str, layers: Vec<Layer>) -> String {
+        let (modules, calls): (Vec<Value>, Vec<Value>) = layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, Layer(row, mut call))| {
+                call[0] = json!(i);
+                (row, call)
+            })
+            .unzip();
         json!({
             "mode": mode, "context": {"k": 1}, "inputs": {"source": "generated", "args": [], "kwargs": {}},
-            "layers": layers, "torch_version": "2.13.0",
+            "modules": modules, "layers": calls, "torch_version": "2.13.0",
             "parameter_totals": {"trainable": 10, "frozen": 2, "parameter_bytes": 48, "buffer_elements": 3, "buffer_bytes": 12},
-            "operator_flops": {"total": {"status": "complete", "value": 64, "known_value": 64, "unit": "FLOPs",
-                               "scope": "workload", "method": "torchscan_native_dispatch"},
-                               "by_call": {"1": {"status": "complete", "value": 64, "known_value": 64, "unit": "FLOPs",
-                                           "scope": "module_call", "method": "torchscan_native_dispatch"}},
-                               "diagnostics": []},
         })
         .to_string()
     }
 
-    fn linear() -> Value {
-        json!({"family": "linear", "in_features": 8, "out_features": 4, "bias": true, "num_params": 36,
-               "input": [1, 8], "output": [1, 4]})
+    /// A session's report: 64 FLOPs in total, all of them inside layer call 1.
+    fn flops() -> FlopReport {
+        let mut report = not_requested("2.13.0".into());
+        report.context.method = crate::report::METHOD_NATIVE.into();
+        report.total = MetricResult::complete(64, "workload");
+        report.by_call.insert("1".into(), MetricResult::complete(64, "module_call"));
+        report
+    }
+
+    fn assemble(document: &str) -> (Value, Vec<String>) {
+        let flops = document.contains(r#""mode":"full""#).then(flops);
+        let out: Value = serde_json::from_str(&assemble_json(document, flops).unwrap()).unwrap();
+        let incomplete = out["incomplete"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string());
+        (out["report"].clone(), incomplete.collect())
+    }
+
+    fn linear() -> Layer {
+        let descriptor =
+            json!({"family": "linear", "in_features": 8, "out_features": 4, "bias": true, "num_params": 36});
+        layer("fc", true, descriptor, json!([[1, 8], [1, 4]]))
+    }
+
+    fn container() -> Layer {
+        layer("", false, Value::Null, Value::Null)
     }
 
     #[test]
     fn full_mode_metrics_totals_and_per_call_operator_flops() {
-        let doc = document("full", vec![layer("", false, Value::Null), layer("fc", true, linear())]);
-        let (report, incomplete) = assemble(&doc).unwrap();
+        let doc = document("full", vec![container(), linear()]);
+        let (report, incomplete) = assemble(&doc);
         assert!(incomplete.is_empty());
         let fc = &report["layers"][1]["metrics"];
         assert_eq!(fc["module_flops"]["value"], 64);
@@ -330,29 +544,72 @@ mod tests {
     }
 
     #[test]
+    fn pass_through_metadata_is_copied_verbatim() {
+        let doc = document("full", vec![linear()]);
+        let (report, _) = assemble(&doc);
+        assert_eq!(report["context"], json!({"k": 1}));
+        assert_eq!(report["inputs"]["source"], "generated");
+        assert_eq!(report["layers"][0]["input"], json!({"args": []}));
+        assert_eq!(report["layers"][0]["output"], json!({"kind": "none"}));
+        assert_eq!(
+            report["layers"][0]["parameters"],
+            json!({"trainable": 1, "frozen": 0, "bytes": 4, "shared": false})
+        );
+        assert_eq!(report["layers"][0]["buffers"], json!({"elements": 0, "bytes": 0, "shared": false}));
+        assert_eq!((&report["layers"][0]["path"], &report["layers"][0]["type"]), (&json!("fc"), &json!("T")));
+        assert_eq!(report["schema_version"], 1);
+    }
+
+    #[test]
+    fn identical_documents_give_identical_reports() {
+        let doc = document("full", vec![container(), linear()]);
+        assert_eq!(assemble_json(&doc, Some(flops())).unwrap(), assemble_json(&doc, Some(flops())).unwrap());
+    }
+
+    #[test]
+    fn attention_calls_carry_whole_descriptors_and_no_receptive_field() {
+        let mha = json!({"family": "multihead_attention", "embed_dim": 4, "num_heads": 2, "head_dim": 2,
+            "batch_first": true, "in_proj_bias": true, "out_proj_in_features": 4, "out_proj_bias": true,
+            "bias_kv": false, "add_zero_attn": false, "dropout": 0.0, "training": false,
+            "query": [1, 3, 4], "key": [1, 3, 4], "value": [1, 3, 4], "key_padding_mask": null, "attn_mask": null,
+            "need_weights": false, "average_attn_weights": true, "averaged_weights_returned": false});
+        let Layer(mut row, record) = layer("attn", true, Value::Null, mha);
+        row[5] = json!(true);
+        let (report, incomplete) = assemble(&document("full", vec![Layer(row, record)]));
+        let metrics = &report["layers"][0]["metrics"];
+        assert!(metrics["module_flops"]["value"].as_u64().unwrap() > 0);
+        assert_eq!(metrics["receptive_field"]["status"], "unavailable");
+        assert_eq!(metrics["receptive_field"]["method"], "not_applicable");
+        assert!(incomplete.is_empty(), "{incomplete:?}");
+    }
+
+    #[test]
     fn unsupported_leaf_is_partial_with_diagnostics() {
-        let custom = json!({"family": "unsupported", "type": "Mine", "input": [1], "output": [1]});
-        let doc = document("full", vec![layer("m", true, custom), layer("fc", true, linear())]);
-        let (report, incomplete) = assemble(&doc).unwrap();
+        let custom = layer("m", true, json!({"family": "unsupported", "type": "Mine"}), json!([[1], [1]]));
+        let doc = document("full", vec![custom, linear()]);
+        let (report, incomplete) = assemble(&doc);
         assert_eq!(report["totals"]["module_flops"]["status"], "partial");
         assert_eq!(report["totals"]["module_flops"]["known_value"], 64);
+        assert_eq!(report["totals"]["module_flops"]["value"], Value::Null);
         let codes: Vec<&str> =
             report["diagnostics"].as_array().unwrap().iter().map(|d| d["code"].as_str().unwrap()).collect();
         assert_eq!(codes, vec!["unsupported_module_metric"; 4]);
         assert_eq!(report["diagnostics"][0]["message"], "Module type not supported: Mine");
+        assert_eq!(report["diagnostics"][0]["path"], "m");
         assert_eq!(incomplete, vec!["dmas", "macs", "module_flops", "receptive_field"]);
     }
 
     #[test]
     fn missing_tensors_and_structure_mode() {
-        let doc = document("full", vec![layer("m", true, Value::Null)]);
-        let (report, _) = assemble(&doc).unwrap();
+        let doc = document("full", vec![layer("m", true, Value::Null, Value::Null)]);
+        let (report, _) = assemble(&doc);
         assert_eq!(report["diagnostics"].as_array().unwrap().len(), 3);
         assert_eq!(report["totals"]["macs"]["status"], "unavailable");
         assert!(report["layers"][0]["metrics"].get("receptive_field").is_none());
 
-        let (report, incomplete) = assemble(&document("structure", vec![layer("fc", true, linear())])).unwrap();
+        let (report, incomplete) = assemble(&document("structure", vec![linear()]));
         assert_eq!(report["totals"]["module_flops"]["method"], "not_requested");
+        assert_eq!(report["totals"]["operator_flops"]["method"], "not_requested");
         assert_eq!(report["operator_flops"]["context"]["method"], "not_requested");
         assert_eq!(report["layers"][0]["metrics"].as_object().unwrap().len(), 1);
         assert!(incomplete.is_empty(), "not requested is not incomplete");
@@ -360,6 +617,15 @@ mod tests {
 
     #[test]
     fn malformed_documents_are_value_errors() {
-        assert!(matches!(assemble("{}"), Err(Error::BadConfig(_))));
+        assert!(matches!(assemble_json("{}", None), Err(Error::BadConfig(_))));
+        assert!(matches!(assemble_json("not json", None), Err(Error::BadConfig(_))));
+        // A layer naming a module the table lacks; shapes for a module without a descriptor.
+        let mut doc: Value = serde_json::from_str(&document("full", vec![linear()])).unwrap();
+        doc["layers"][0][0] = json!(7);
+        let error = assemble_json(&doc.to_string(), Some(flops())).unwrap_err();
+        assert!(error.to_string().contains("layer 0 names module 7"), "{error}");
+        let doc = document("full", vec![layer("m", true, Value::Null, json!([[1], [1]]))]);
+        let error = assemble_json(&doc, Some(flops())).unwrap_err();
+        assert!(error.to_string().contains("module m has no descriptor"), "{error}");
     }
 }

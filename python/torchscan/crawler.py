@@ -10,11 +10,13 @@ from __future__ import annotations
 import inspect
 import json
 import platform
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from ._metadata import describe_call, describe_value
 from ._native import ops
@@ -55,11 +57,14 @@ def crawl_module(
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
-    call_args, call_kwargs, source = _inputs(module, input_shape, dtype, args, kwargs, device)
-    context = _context(module, mode)
+    # One walk of the module tree serves the recorder, the flags and the parameter totals.
+    named = list(module.named_modules())
+    params, buffers = _unique(m._parameters for _, m in named), _unique(m._buffers for _, m in named)
+    call_args, call_kwargs, source = _inputs(input_shape, dtype, args, kwargs, device, params + buffers)
+    context = _context(module, mode, params + buffers)
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
-    recorder = _Recorder(module, full=mode == "full")
-    flags = [(m, m.training) for m in module.modules()]
+    recorder = _Recorder(module, named, full=mode == "full")
+    flags = [(m, m.training) for _, m in named]
     # Full mode counts the operators of the same forward in a native session, which the core
     # finishes straight into the report (no FlopReport round trip through Python).
     handle = ops.open_session(json.dumps({"torch_version": torch.__version__})) if mode == "full" else 0
@@ -72,18 +77,21 @@ def crawl_module(
         finally:
             recorder.remove()
             for m, flag in flags:
-                m.training = flag
+                if m.training != flag:
+                    m.training = flag
             if handle:
                 ops.close_session(handle)
         document = {
             "mode": mode,
             "context": context,
             "inputs": inputs_meta,
+            "modules": recorder.modules(),
             "layers": recorder.layers,
-            "parameter_totals": _parameter_totals(module),
+            "parameter_totals": _parameter_totals(params, buffers),
             "torch_version": torch.__version__,
         }
-        result = json.loads(ops.analysis_report(handle, json.dumps(document)))
+        # The document is built here from plain lists and dicts: no cycles to check for.
+        result = json.loads(ops.analysis_report(handle, json.dumps(document, check_circular=False)))
     except BaseException:
         if handle:
             ops.discard_session(handle)
@@ -119,19 +127,19 @@ def summary(
 # ---- inputs ----
 
 
-def _default_placement(module: nn.Module) -> tuple[torch.device, torch.dtype]:
-    for tensor in (*module.parameters(), *module.buffers()):
+def _default_placement(tensors: list[torch.Tensor]) -> tuple[torch.device, torch.dtype]:
+    for tensor in tensors:
         return tensor.device, tensor.dtype
     return torch.device("cpu"), torch.float32
 
 
 def _inputs(
-    module: nn.Module,
     input_shape: object,
     dtype: object,
     args: object,
     kwargs: object,
     device: object,
+    tensors: list[torch.Tensor],
 ) -> tuple[tuple[Any, ...], dict[str, Any], str]:
     provided = args is not None or kwargs is not None
     generated = input_shape is not None
@@ -161,7 +169,7 @@ def _inputs(
                 raise TypeError(f"Every input_shape dimension must be an integer, got {dim!r} in {shape!r}.")
             if dim < 0:
                 raise ValueError(f"input_shape dimensions cannot be negative, got {dim} in {shape!r}.")
-    default_device, default_dtype = _default_placement(module)
+    default_device, default_dtype = _default_placement(tensors)
     target = torch.device(device) if device is not None else default_device
     if dtype is None:
         dtypes = [default_dtype] * len(shapes)
@@ -197,8 +205,7 @@ def _version() -> str:
     return __version__
 
 
-def _context(module: nn.Module, mode: Mode) -> dict[str, Any]:
-    tensors = [*module.parameters(), *module.buffers()]
+def _context(module: nn.Module, mode: Mode, tensors: list[torch.Tensor]) -> dict[str, Any]:
     cls = type(module)
     context: dict[str, Any] = {
         "torchscan_version": _version(),
@@ -215,8 +222,19 @@ def _context(module: nn.Module, mode: Mode) -> dict[str, Any]:
     return context
 
 
-def _parameter_totals(module: nn.Module) -> dict[str, int]:
-    params, buffers = list(module.parameters()), list(module.buffers())
+def _unique(registries: Iterable[dict[str, Any]]) -> list[torch.Tensor]:
+    """The tensors of `_parameters`/`_buffers` registries, each once (as `module.parameters()`)."""
+    seen: set[int] = set()
+    tensors = []
+    for registry in registries:
+        for tensor in registry.values():
+            if tensor is not None and id(tensor) not in seen:
+                seen.add(id(tensor))
+                tensors.append(tensor)
+    return tensors
+
+
+def _parameter_totals(params: list[nn.Parameter], buffers: list[torch.Tensor]) -> dict[str, int]:
     return {
         "trainable": sum(p.numel() for p in params if p.requires_grad),
         "frozen": sum(p.numel() for p in params if not p.requires_grad),
@@ -261,135 +279,171 @@ def _ordered_inputs(module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[st
     return tuple(ordered)
 
 
-class _Recorder:
-    """Hooks every module; one layer record per call, in call order."""
+# The document's layer records are arrays, and what is constant per module (identity, type,
+# formula descriptor) is sent once per module: the core expands both into the report.
+# Parameters: [trainable, frozen, bytes, shared]; buffers: [elements, bytes, shared].
+_NO_PARAMETERS = (0, 0, 0, False)
+_NO_BUFFERS = (0, 0, False)
+_PENDING = {"kind": "pending"}
 
-    def __init__(self, root: nn.Module, *, full: bool) -> None:
-        self.root = root
+
+class _Target:
+    """What the hooks need of one module, computed once per analysis."""
+
+    __slots__ = ("attention", "calls", "index", "label", "leaf", "module", "open", "path", "static")
+
+    def __init__(self, index: int, path: str, module: nn.Module, root_label: str, attention: bool) -> None:
+        self.index = index
+        self.path = path
+        self.module = module
+        # Labels as PyTorch's flop counter names modules (operator_flops.by_module).
+        self.label = f"{root_label}.{path}" if path else root_label
+        # Module formulas apply to modules without children, MultiheadAttention and a root
+        # Transformer; the last two own their children's parameters and take the whole call.
+        self.leaf = attention or not module._modules
+        self.attention = attention
+        self.calls = 0
+        self.open: list[int] = []
+        self.static: dict[str, Any] | None = None
+
+    def row(self) -> list[Any]:
+        """[path, name, depth, type, leaf, attention, formula descriptor or null]."""
+        path, module = self.path, self.module
+        name = path.rpartition(".")[-1] if path else type(module).__name__.lower()
+        depth = path.count(".") + 1 if path else 0
+        return [path, name, depth, type(module).__name__, self.leaf, self.attention, self.static]
+
+
+class _Recorder:
+    """One layer record per module call, in call order.
+
+    Two global module hooks (PyTorch's `register_module_forward_pre_hook`/`_forward_hook`)
+    instead of two hooks per module: installing and dispatching per-module hooks costs more
+    than the whole rest of the recording on a resnet50. The hooks ignore modules outside the
+    analysed tree and calls from other threads.
+    """
+
+    def __init__(self, root: nn.Module, named: list[tuple[str, nn.Module]], *, full: bool) -> None:
         self.full = full
-        self.layers: list[dict[str, Any]] = []
+        # [module index, call index, input, output, parameters, buffers, call shapes/descriptor]
+        self.layers: list[list[Any]] = []
         self._handle: int | None = None
         self._hooks: list[Any] = []
-        self._calls: dict[int, int] = {}
-        self._open: dict[int, list[int]] = {}
         self._seen: set[int] = set()
-        if isinstance(root, nn.Transformer):
-            self._targets: Sequence[tuple[str, nn.Module]] = [("", root)]
-        else:
-            self._targets = list(root.named_modules())
-        self._root_label = type(root).__name__
-        self._leaf = {id(m): self._is_leaf(m) for _, m in self._targets}
-        # Labels as PyTorch's flop counter names modules (operator_flops.by_module).
-        self._labels = {id(m): f"{self._root_label}.{p}" if p else self._root_label for p, m in self._targets}
-        self._statics: dict[int, dict[str, Any]] = {}
+        self._thread = threading.get_ident()
+        # The last output tensor described, its shape and requires_grad, and its description.
+        self._last: tuple[torch.Tensor, torch.Size, bool, dict[str, Any]] | None = None
+        transformer_root = isinstance(root, nn.Transformer)
+        targets = [("", root)] if transformer_root else named
+        label = type(root).__name__
+        self._targets: dict[int, _Target] = {}
+        for path, module in targets:
+            attention = isinstance(module, nn.MultiheadAttention) or (module is root and transformer_root)
+            self._targets[id(module)] = _Target(len(self._targets), path, module, label, attention)
 
-    def _static(self, module: nn.Module) -> dict[str, Any]:
-        """The module's descriptor without shapes: attributes do not change during the forward."""
-        static = self._statics.get(id(module))
-        if static is None:
-            static = self._statics[id(module)] = family(module)
-        return static
+    def modules(self) -> list[list[Any]]:
+        """The per-module rows the layer records index."""
+        return [target.row() for target in self._targets.values()]
 
     def attach(self, handle: int | None) -> _Recorder:
         self._handle = handle
         return self
 
     def install(self) -> None:
-        for path, module in self._targets:
-            self._hooks.append(module.register_forward_pre_hook(self._pre(path), with_kwargs=True))
-            self._hooks.append(module.register_forward_hook(self._post(path), with_kwargs=True, always_call=True))
+        self._hooks.append(register_module_forward_pre_hook(self._pre))
+        self._hooks.append(register_module_forward_hook(self._post, with_kwargs=True, always_call=True))
 
     def remove(self) -> None:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        self._last = None
 
-    def _is_leaf(self, module: nn.Module) -> bool:
-        return (
-            next(module.children(), None) is None
-            or isinstance(module, nn.MultiheadAttention)
-            or (module is self.root and isinstance(module, nn.Transformer))
-        )
-
-    def _fresh(self, tensors: Iterable[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
-        """Tensors not counted for an earlier layer call, and whether any already was (shared)."""
-        fresh, shared = [], False
+    def _account(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int, int, int, bool]:
+        """(trainable, frozen, bytes, shared) of the tensors not counted for an earlier call."""
+        trainable = frozen = nbytes = 0
+        shared = False
+        seen = self._seen
         for tensor in tensors:
-            if id(tensor) in self._seen:
+            if tensor is None:
+                continue
+            key = id(tensor)
+            if key in seen:
                 shared = True
+                continue
+            seen.add(key)
+            count = tensor.numel()
+            nbytes += count * tensor.element_size()
+            if tensor.requires_grad:
+                trainable += count
             else:
-                self._seen.add(id(tensor))
-                fresh.append(tensor)
-        return fresh, shared
+                frozen += count
+        return trainable, frozen, nbytes, shared
 
-    def _parameters(self, module: nn.Module, recurse: bool) -> dict[str, Any]:
-        own = module.parameters() if recurse else (p for p in module._parameters.values() if p is not None)
-        fresh, shared = self._fresh(own)
-        return {
-            "trainable": sum(p.numel() for p in fresh if p.requires_grad),
-            "frozen": sum(p.numel() for p in fresh if not p.requires_grad),
-            "bytes": sum(p.numel() * p.element_size() for p in fresh),
-            "shared": shared,
-        }
+    def _buffers(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int, int, bool]:
+        """(elements, bytes, shared) of the buffers not counted for an earlier call."""
+        trainable, frozen, nbytes, shared = self._account(tensors)
+        return trainable + frozen, nbytes, shared
 
-    def _buffers(self, module: nn.Module, recurse: bool) -> dict[str, Any]:
-        own = module.buffers() if recurse else (b for b in module._buffers.values() if b is not None)
-        fresh, shared = self._fresh(own)
-        return {
-            "elements": sum(b.numel() for b in fresh),
-            "bytes": sum(b.numel() * b.element_size() for b in fresh),
-            "shared": shared,
-        }
+    def _describe_input(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """describe_call, reusing the description of the previous call's output tensor when this
+        call's only argument is that same tensor, unchanged (the common chain of layers)."""
+        last = self._last
+        if last is not None and len(args) == 1 and not kwargs:
+            tensor = args[0]
+            if tensor is last[0] and tensor.shape == last[1] and tensor.requires_grad == last[2]:
+                return {"args": [last[3]], "kwargs": {}}
+        return describe_call(args, kwargs)
 
-    def _pre(self, path: str) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            index = len(self.layers)
-            call_index = self._calls.get(id(module), 0)
-            self._calls[id(module)] = call_index + 1
-            recurse = isinstance(module, nn.MultiheadAttention) or (
-                module is self.root and isinstance(module, nn.Transformer)
-            )
-            self.layers.append(
-                {
-                    "path": path,
-                    "call_index": call_index,
-                    "name": path.rpartition(".")[-1] if path else type(module).__name__.lower(),
-                    "depth": path.count(".") + 1 if path else 0,
-                    "type": type(module).__name__,
-                    "input": describe_call(args, kwargs),
-                    "output": {"kind": "pending"},
-                    "parameters": self._parameters(module, recurse),
-                    "buffers": self._buffers(module, recurse),
-                    "leaf": self._leaf[id(module)],
-                }
-            )
-            self._open.setdefault(id(module), []).append(index)
-            if self._handle is not None:
-                _enter(self._handle, self._labels[id(module)], f"{_CALL_PREFIX}{index}")
+    def _pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        target = self._targets.get(id(module))
+        if target is None or threading.get_ident() != self._thread:
+            return
+        index = len(self.layers)
+        call_index = target.calls
+        target.calls = call_index + 1
+        if target.attention:
+            parameters, buffers = self._account(module.parameters()), self._buffers(module.buffers())
+        else:
+            parameters = self._account(module._parameters.values()) if module._parameters else _NO_PARAMETERS
+            buffers = self._buffers(module._buffers.values()) if module._buffers else _NO_BUFFERS
+        # Inputs are described by the forward hook, which sees what forward was given (after
+        # every pre-hook, keyword arguments included).
+        self.layers.append([target.index, call_index, None, _PENDING, parameters, buffers, None])
+        target.open.append(index)
+        if self._handle is not None:
+            _enter(self._handle, target.label, f"{_CALL_PREFIX}{index}")
 
-        return hook
-
-    def _post(self, path: str) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-            stack = self._open.get(id(module))
-            if not stack:
-                return
-            index = stack.pop()
-            record = self.layers[index]
-            record["output"] = describe_value(output)
-            if self._handle is not None:
-                _exit(self._handle)
-            if self.full and record["leaf"]:
-                ordered = _ordered_inputs(module, args, kwargs)
-                attention = isinstance(module, (nn.MultiheadAttention, nn.Transformer))
-                if attention:
-                    record["call"] = describe(module, ordered, output, attention=True)
-                else:
-                    first_in, first_out = first_tensor(ordered), first_tensor(output)
-                    if first_in is not None and first_out is not None:
-                        call = dict(self._static(module))
-                        call["input"], call["output"] = list(first_in.shape), list(first_out.shape)
-                        record["call"] = call
-                record["rf_not_applicable"] = attention
-
-        return hook
+    def _post(self, module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
+        # (kwargs, output) normally; (output,) when PyTorch runs always-called hooks after the
+        # forward raised.
+        target = self._targets.get(id(module))
+        if target is None or not target.open or threading.get_ident() != self._thread:
+            return
+        if len(rest) == 2:
+            kwargs, output = rest
+        else:
+            kwargs, output = {}, rest[0]
+        index = target.open.pop()
+        if self._handle is not None:
+            _exit(self._handle)
+        record = self.layers[index]
+        record[2] = self._describe_input(args, kwargs)
+        record[3] = out = describe_value(output)
+        if type(output) is torch.Tensor:
+            self._last = (output, output.shape, output.requires_grad, out)
+        if not (self.full and target.leaf):
+            return
+        if target.attention:
+            record[6] = describe(module, _ordered_inputs(module, args, kwargs), output, attention=True)
+            return
+        # The common call, one positional tensor in and one out, without the general search.
+        first_in = args[0] if args and not kwargs and type(args[0]) is torch.Tensor else None
+        if first_in is None:
+            first_in = first_tensor(_ordered_inputs(module, args, kwargs))
+        first_out = output if type(output) is torch.Tensor else first_tensor(output)
+        if first_in is not None and first_out is not None:
+            if target.static is None:
+                # Attributes do not change during the forward: one descriptor per module.
+                target.static = family(module)
+            record[6] = [list(first_in.shape), list(first_out.shape)]

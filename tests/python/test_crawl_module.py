@@ -243,3 +243,57 @@ def test_reports_are_deterministic():
 
 def test_module_type_export():
     assert torchscan.crawl_module is crawl_module
+
+
+class _ReshapesInPlace(nn.Module):
+    """fc1's output is reshaped in place before fc2 sees it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 6)
+        self.fc2 = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc1(x)
+        y.unsqueeze_(0)
+        return self.fc2(y)
+
+
+def test_inputs_are_described_as_the_forward_receives_them():
+    report = crawl_module(_ReshapesInPlace(), args=(torch.rand(3, 4),))
+    layers = {layer["path"]: layer for layer in report["layers"]}
+    assert layers["fc1"]["output"]["shape"] == [3, 6]
+    assert layers["fc2"]["input"]["args"][0]["shape"] == [1, 3, 6]
+    assert layers["fc2"]["metrics"]["module_flops"]["value"] == 2 * 3 * 6 * 2
+
+    # A user's pre-hook replaces the argument: the layer records what its forward was given.
+    model = nn.Sequential(nn.Linear(4, 4))
+    handle = model[0].register_forward_pre_hook(lambda module, args: (args[0].expand(5, 4),))
+    try:
+        report = crawl_module(model, args=(torch.rand(1, 4),))
+    finally:
+        handle.remove()
+    assert report["layers"][1]["input"]["args"][0]["shape"] == [5, 4]
+    assert report["layers"][0]["input"]["args"][0]["shape"] == [1, 4]
+
+
+class _CallsInAnotherThread(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.here = nn.Linear(4, 4)
+        self.there = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import threading
+
+        worker = threading.Thread(target=self.there, args=(x,))
+        worker.start()
+        worker.join()
+        return self.here(x)
+
+
+def test_module_calls_from_other_threads_are_not_recorded():
+    # Neither their layer calls nor their operators (sessions observe their own thread).
+    report = crawl_module(_CallsInAnotherThread(), args=(torch.rand(2, 4),))
+    assert [layer["path"] for layer in report["layers"]] == ["", "here"]
+    assert report["totals"]["operator_flops"]["value"] == 2 * 2 * 4 * 4

@@ -104,14 +104,17 @@ def family(module: nn.Module) -> dict[str, Any]:
             "num_params": _num_params(module),
         }
     if isinstance(module, _BatchNorm):
+        # The registries directly: `module.weight` goes through nn.Module.__getattr__, and
+        # crawl_module describes every normalization layer of the model.
+        params, buffers = module._parameters, module._buffers
         return {
             "family": "batch_norm",
             "num_features": module.num_features,
             "affine": module.affine,
-            "weight": _numel(module.weight),
-            "bias": _numel(module.bias),
-            "running_mean": _numel(module.running_mean),
-            "running_var": _numel(module.running_var),
+            "weight": _numel(params.get("weight")),
+            "bias": _numel(params.get("bias")),
+            "running_mean": _numel(buffers.get("running_mean")),
+            "running_var": _numel(buffers.get("running_var")),
             "track_running_stats": module.track_running_stats,
             "training": module.training,
             "momentum": module.momentum is not None,
