@@ -25,7 +25,8 @@ def _tensor(value: torch.Tensor) -> dict[str, Any]:
         device_name = _DEVICE_NAMES[device] = str(device)
     return {
         "kind": "tensor",
-        "shape": list(value.shape),
+        # torch.Size is a tuple: the JSON encoder writes it as the array the schema wants.
+        "shape": value.shape,
         "dtype": dtype_name,
         "device": device_name,
         "requires_grad": value.requires_grad,
