@@ -2,6 +2,7 @@
 #   make demo   set up, then measure the built-in example model
 #   make test   set up, then lint and run every test (what CI runs)
 #   make bench  set up, then run the overhead benchmark
+#   make docs   regenerate docs/formulas.md from the formula registry
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +10,7 @@ PY := $(abspath $(VENV))/bin/python
 # build.rs asks this interpreter where torch is; setup.py passes the same one.
 export TORCHSCAN_PYTHON := $(PY)
 
-.PHONY: setup demo test lint test-rust test-python bench clean
+.PHONY: setup demo test lint test-rust test-python bench docs clean
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +41,10 @@ test: setup lint test-rust test-python
 
 bench: setup
 	$(PY) benches/overhead.py
+
+# Regenerates docs/formulas.md from the formula registry (a test fails when they disagree).
+docs:
+	TORCHSCAN_BLESS=1 cargo test --no-default-features docs_formulas_md
 
 clean:
 	rm -rf $(VENV) build target python/torchscan/_lib *.egg-info

@@ -180,6 +180,16 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// The tensors of the tensor-list argument at `index` (`None` if it is not a list).
+    pub fn list_tensors(&self, index: usize) -> Option<impl Iterator<Item = TensorMeta<'a>> + 'a> {
+        let pos = *self.offsets.get(index)?;
+        (self.stream.get(pos) == Some(&TAG_TENSOR_LIST)).then_some(TensorsAt {
+            stream: self.stream,
+            pos,
+            remaining: None,
+        })
+    }
+
     /// Every tensor among the arguments, those inside tensor lists included, in order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorMeta<'a>> + 'a {
         let stream = self.stream;

@@ -292,6 +292,10 @@ impl Session {
                 };
                 match result {
                     Ok(flops) => self.count(op, formulas::FORMULAS[index].category, scope, phase, flops),
+                    Err(FormulaError::Descend) => {
+                        self.ops[op].calls -= 1;
+                        return Decision::Descend;
+                    }
                     Err(error) => {
                         let stats = &mut self.ops[op];
                         stats.formula_errors += 1;

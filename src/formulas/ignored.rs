@@ -53,7 +53,13 @@ pub static IGNORED: &[Ignored] = ignore_table! {
     DataMovement: [
         "aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from", "aten::_copy_from_and_resize",
         "aten::cat", "aten::index_select", "aten::gather", "aten::flip", "aten::roll", "aten::repeat",
-        "aten::lift_fresh_copy", "aten::where", "aten::masked_fill", "aten::masked_fill_",
+        "aten::lift_fresh_copy", "aten::where", "aten::masked_fill", "aten::masked_fill_", "aten::index",
+        "aten::stack", "aten::tril", "aten::tril_", "aten::triu", "aten::triu_", "aten::constant_pad_nd",
+        "aten::reflection_pad1d", "aten::reflection_pad2d", "aten::replication_pad2d", "aten::channel_shuffle",
+        "aten::native_channel_shuffle", "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::embedding",
+        "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+        "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
+        "aten::contiguous", "aten::im2col", "aten::masked_scatter",
     ],
     Allocation: [
         "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
@@ -63,7 +69,8 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like", "aten::full", "aten::full_like",
         "aten::fill_", "aten::zero_", "aten::new_zeros", "aten::new_ones", "aten::new_full",
         "aten::scalar_tensor", "aten::arange", "aten::normal_", "aten::uniform_", "aten::random_",
-        "aten::randn", "aten::rand",
+        "aten::randn", "aten::rand", "aten::bernoulli", "aten::bernoulli_", "aten::randint", "aten::randperm",
+        "aten::linspace", "aten::eye",
     ],
     Metadata: ["aten::size", "aten::stride", "aten::_local_scalar_dense", "aten::is_same_size"],
 };

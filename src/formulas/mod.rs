@@ -7,7 +7,9 @@
 
 pub mod attention;
 pub mod conv;
+pub mod docs;
 pub mod ignored;
+pub mod interpolate;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
@@ -33,12 +35,13 @@ pub enum Category {
     Pooling,
     Softmax,
     Loss,
+    Interpolation,
     /// Counted by a caller-supplied formula (`custom_mapping`).
     Custom,
 }
 
 impl Category {
-    pub const ALL: [Category; 10] = [
+    pub const ALL: [Category; 11] = [
         Category::Matmul,
         Category::Conv,
         Category::Attention,
@@ -48,6 +51,7 @@ impl Category {
         Category::Pooling,
         Category::Softmax,
         Category::Loss,
+        Category::Interpolation,
         Category::Custom,
     ];
 
@@ -62,6 +66,7 @@ impl Category {
             Category::Pooling => "pooling",
             Category::Softmax => "softmax",
             Category::Loss => "loss",
+            Category::Interpolation => "interpolation",
             Category::Custom => "custom",
         }
     }
@@ -78,6 +83,9 @@ pub enum FormulaError {
     UnexpectedShape,
     /// The count does not fit in 64 bits.
     Overflow,
+    /// Not this call's to price: a composite overload (`upsample_bilinear2d.vec` with scale
+    /// factors) whose nested operators carry the work. The session descends into it.
+    Descend,
 }
 
 impl FormulaError {
@@ -87,11 +95,18 @@ impl FormulaError {
             FormulaError::MissingTensor(i) => format!("tensor argument {i} is missing"),
             FormulaError::UnexpectedShape => "the argument shapes do not fit the formula".to_string(),
             FormulaError::Overflow => "the FLOP count exceeds 2^64".to_string(),
+            FormulaError::Descend => "a composite call, counted through its nested operators".to_string(),
         }
     }
 }
 
 pub type FlopFn = fn(&Args) -> Result<u64, FormulaError>;
+
+/// A counting convention: the rule, and where it comes from.
+pub struct Convention {
+    pub rule: &'static str,
+    pub source: &'static str,
+}
 
 /// One registry row.
 pub struct Formula {
@@ -99,24 +114,64 @@ pub struct Formula {
     pub operator: &'static str,
     pub category: Category,
     pub flops: FlopFn,
-    /// The counting convention, for people (`docs/formulas.md`).
-    pub convention: &'static str,
+    /// The formula's name in this crate (`matmul::mm`), for `docs/formulas.md`.
+    pub formula: &'static str,
+    pub convention: &'static Convention,
 }
 
-const PYTORCH: &str = "2 FLOPs per multiply-accumulate, bias not counted (PyTorch flop_counter)";
-const PER_ELEMENT: &str = "1 FLOP per output element";
-const PER_INPUT: &str = "1 FLOP per input element";
-const NORM: &str = "per element: train 5 (4 without affine), eval 2 (1); backward 2x (fvcore)";
-const WINDOW: &str = "1 FLOP per window element visited";
-const ROUTE: &str = "1 FLOP per output gradient element";
-const THREE: &str = "3 FLOPs per output element (two multiplies or a subtract, and an add)";
-const LOSS: &str = "1 FLOP per target element, 2 with class weights";
-const SOFTMAX: &str = "per element: forward 5 FLOPs, backward 4";
-const SDPA: &str = "QK^T and AV products, 2 FLOPs per MAC, causal not halved (PyTorch flop_counter)";
+const FLOP_COUNTER: &str = "PyTorch `torch/utils/flop_counter.py`";
+const FVCORE: &str = "fvcore `fvcore/nn/jit_handles.py`";
+const TORCHSCAN: &str = "torchscan (stated here)";
+
+const PYTORCH: &Convention =
+    &Convention { rule: "2 FLOPs per multiply-accumulate, bias not counted", source: FLOP_COUNTER };
+const GROUPED_WGRAD: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate; a grouped weight gradient is the work done, not PyTorch's x groups",
+    source: FLOP_COUNTER,
+};
+const PER_ELEMENT: &Convention = &Convention { rule: "1 FLOP per output element", source: TORCHSCAN };
+const PER_INPUT: &Convention = &Convention { rule: "1 FLOP per input element", source: TORCHSCAN };
+const ACCUMULATE: &Convention = &Convention { rule: "1 FLOP per element accumulated", source: TORCHSCAN };
+const NORM: &Convention = &Convention {
+    rule: "per element: statistics computed 5 (4 without affine), stored statistics 2 (1); backward 2x",
+    source: FVCORE,
+};
+const WINDOW: &Convention = &Convention { rule: "1 FLOP per window element visited", source: TORCHSCAN };
+const ROUTE: &Convention = &Convention { rule: "1 FLOP per output gradient element", source: TORCHSCAN };
+const THREE: &Convention =
+    &Convention { rule: "3 FLOPs per output element (two multiplies or a subtract, and an add)", source: TORCHSCAN };
+const FOREACH: &Convention =
+    &Convention { rule: "the single-tensor operator's cost, summed over the list", source: TORCHSCAN };
+const LOSS: &Convention = &Convention { rule: "1 FLOP per target element, 2 with class weights", source: TORCHSCAN };
+const SOFTMAX: &Convention = &Convention { rule: "per element: forward 5 FLOPs, backward 4", source: TORCHSCAN };
+const SDPA: &Convention = &Convention {
+    rule: "QK^T and AV products at 2 FLOPs per multiply-accumulate; causal not halved",
+    source: FLOP_COUNTER,
+};
+const MHA: &Convention = &Convention {
+    rule: "Q/K/V and output projections plus the QK^T and AV products, 2 FLOPs per multiply-accumulate",
+    source: FLOP_COUNTER,
+};
+const TAPS: &Convention = &Convention { rule: "1 FLOP per interpolation tap per output element", source: FVCORE };
 
 macro_rules! row {
     ($op:literal, $cat:ident, $f:expr, $conv:expr) => {
-        Formula { operator: $op, category: Category::$cat, flops: $f, convention: $conv }
+        Formula { operator: $op, category: Category::$cat, flops: $f, formula: stringify!($f), convention: $conv }
+    };
+}
+
+/// A pointwise operator at one FLOP per output element (functional, in-place and backward
+/// kernels alike).
+macro_rules! pointwise {
+    ($op:literal) => {
+        row!($op, Pointwise, pointwise::one_per_element, PER_ELEMENT)
+    };
+}
+
+/// A `_foreach_*` kernel costing `$k` FLOPs per element of its first list.
+macro_rules! foreach {
+    ($op:literal, $k:literal) => {
+        row!($op, Pointwise, pointwise::foreach::<$k>, FOREACH)
     };
 }
 
@@ -135,8 +190,7 @@ pub static FORMULAS: &[Formula] = &[
     // Convolutions: the outermost claims the call, so backend variants below never double count.
     row!("aten::convolution", Conv, conv::convolution, PYTORCH),
     row!("aten::_convolution", Conv, conv::convolution, PYTORCH),
-    // Weight gradient of grouped convolutions: the work done, not PyTorch's x groups.
-    row!("aten::convolution_backward", Conv, conv::convolution_backward, PYTORCH),
+    row!("aten::convolution_backward", Conv, conv::convolution_backward, GROUPED_WGRAD),
     // Attention kernels (forward: q, k, v first; backward: grad_out, q, k, v first).
     row!("aten::_scaled_dot_product_flash_attention_for_cpu", Attention, attention::sdpa_forward, SDPA),
     row!("aten::_scaled_dot_product_flash_attention", Attention, attention::sdpa_forward, SDPA),
@@ -150,24 +204,98 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_scaled_dot_product_cudnn_attention_backward", Attention, attention::sdpa_backward, SDPA),
     row!("aten::_flash_attention_backward", Attention, attention::sdpa_backward, SDPA),
     row!("aten::_efficient_attention_backward", Attention, attention::sdpa_backward, SDPA),
-    // Elementwise arithmetic: one operation per output element.
-    row!("aten::add", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::add_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::sub", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::sub_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::mul", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::mul_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::div", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::div_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::relu", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::relu_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::clamp_min", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::clamp_min_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::threshold", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::threshold_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::threshold_backward", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::sqrt", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::sqrt_", Pointwise, pointwise::one_per_element, PER_ELEMENT),
+    // nn.MultiheadAttention's inference fast path (torchvision ViT): projections included.
+    row!("aten::_native_multi_head_attention", Attention, attention::native_multi_head_attention, MHA),
+    // Elementwise arithmetic.
+    pointwise!("aten::add"),
+    pointwise!("aten::add_"),
+    pointwise!("aten::sub"),
+    pointwise!("aten::sub_"),
+    pointwise!("aten::rsub"),
+    pointwise!("aten::mul"),
+    pointwise!("aten::mul_"),
+    pointwise!("aten::div"),
+    pointwise!("aten::div_"),
+    pointwise!("aten::neg"),
+    pointwise!("aten::neg_"),
+    pointwise!("aten::abs"),
+    pointwise!("aten::abs_"),
+    pointwise!("aten::sign"),
+    pointwise!("aten::reciprocal"),
+    pointwise!("aten::reciprocal_"),
+    pointwise!("aten::pow"),
+    pointwise!("aten::pow_"),
+    pointwise!("aten::sqrt"),
+    pointwise!("aten::sqrt_"),
+    pointwise!("aten::rsqrt"),
+    pointwise!("aten::rsqrt_"),
+    pointwise!("aten::exp"),
+    pointwise!("aten::exp_"),
+    pointwise!("aten::expm1"),
+    pointwise!("aten::log"),
+    pointwise!("aten::log_"),
+    pointwise!("aten::log1p"),
+    pointwise!("aten::log2"),
+    pointwise!("aten::sin"),
+    pointwise!("aten::cos"),
+    pointwise!("aten::erf"),
+    pointwise!("aten::floor"),
+    pointwise!("aten::ceil"),
+    pointwise!("aten::round"),
+    pointwise!("aten::trunc"),
+    pointwise!("aten::remainder"),
+    pointwise!("aten::fmod"),
+    pointwise!("aten::clamp"),
+    pointwise!("aten::clamp_"),
+    pointwise!("aten::clamp_min"),
+    pointwise!("aten::clamp_min_"),
+    pointwise!("aten::clamp_max"),
+    pointwise!("aten::clamp_max_"),
+    pointwise!("aten::maximum"),
+    pointwise!("aten::minimum"),
+    // Activations and their gradient kernels: one FLOP per element, whatever the function.
+    pointwise!("aten::relu"),
+    pointwise!("aten::relu_"),
+    pointwise!("aten::threshold"),
+    pointwise!("aten::threshold_"),
+    pointwise!("aten::threshold_backward"),
+    pointwise!("aten::hardtanh"),
+    pointwise!("aten::hardtanh_"),
+    pointwise!("aten::hardtanh_backward"),
+    pointwise!("aten::leaky_relu"),
+    pointwise!("aten::leaky_relu_"),
+    pointwise!("aten::leaky_relu_backward"),
+    pointwise!("aten::elu"),
+    pointwise!("aten::elu_"),
+    pointwise!("aten::elu_backward"),
+    pointwise!("aten::gelu"),
+    pointwise!("aten::gelu_"),
+    pointwise!("aten::gelu_backward"),
+    pointwise!("aten::silu"),
+    pointwise!("aten::silu_"),
+    pointwise!("aten::silu_backward"),
+    pointwise!("aten::mish"),
+    pointwise!("aten::mish_"),
+    pointwise!("aten::mish_backward"),
+    pointwise!("aten::sigmoid"),
+    pointwise!("aten::sigmoid_"),
+    pointwise!("aten::sigmoid_backward"),
+    pointwise!("aten::tanh"),
+    pointwise!("aten::tanh_"),
+    pointwise!("aten::tanh_backward"),
+    pointwise!("aten::hardsigmoid"),
+    pointwise!("aten::hardsigmoid_"),
+    pointwise!("aten::hardsigmoid_backward"),
+    pointwise!("aten::hardswish"),
+    pointwise!("aten::hardswish_"),
+    pointwise!("aten::hardswish_backward"),
+    pointwise!("aten::softplus"),
+    pointwise!("aten::softplus_backward"),
+    pointwise!("aten::log_sigmoid_forward"),
+    pointwise!("aten::log_sigmoid_backward"),
+    // Dropout's fused kernels: the mask multiply (the mask's random numbers are creation).
+    pointwise!("aten::native_dropout"),
+    pointwise!("aten::native_dropout_backward"),
     // Optimizer arithmetic: self + value * t1 * t2, self + value * t1 / t2, self + w * (end - self).
     row!("aten::addcmul", Pointwise, pointwise::per_element::<3>, THREE),
     row!("aten::addcmul_", Pointwise, pointwise::per_element::<3>, THREE),
@@ -175,16 +303,72 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::addcdiv_", Pointwise, pointwise::per_element::<3>, THREE),
     row!("aten::lerp", Pointwise, pointwise::per_element::<3>, THREE),
     row!("aten::lerp_", Pointwise, pointwise::per_element::<3>, THREE),
-    // Tests and comparisons: one compare per element.
-    row!("aten::isneginf", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::isposinf", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::isinf", Pointwise, pointwise::one_per_element, PER_ELEMENT),
-    row!("aten::isnan", Pointwise, pointwise::one_per_element, PER_ELEMENT),
+    // Multi-tensor optimizer kernels (SGD, Adam, AdamW with foreach=True).
+    foreach!("aten::_foreach_add", 1),
+    foreach!("aten::_foreach_add_", 1),
+    foreach!("aten::_foreach_sub", 1),
+    foreach!("aten::_foreach_sub_", 1),
+    foreach!("aten::_foreach_mul", 1),
+    foreach!("aten::_foreach_mul_", 1),
+    foreach!("aten::_foreach_div", 1),
+    foreach!("aten::_foreach_div_", 1),
+    foreach!("aten::_foreach_neg", 1),
+    foreach!("aten::_foreach_neg_", 1),
+    foreach!("aten::_foreach_sqrt", 1),
+    foreach!("aten::_foreach_sqrt_", 1),
+    foreach!("aten::_foreach_reciprocal_", 1),
+    foreach!("aten::_foreach_maximum_", 1),
+    foreach!("aten::_foreach_pow", 1),
+    foreach!("aten::_foreach_addcmul", 3),
+    foreach!("aten::_foreach_addcmul_", 3),
+    foreach!("aten::_foreach_addcdiv", 3),
+    foreach!("aten::_foreach_addcdiv_", 3),
+    foreach!("aten::_foreach_lerp", 3),
+    foreach!("aten::_foreach_lerp_", 3),
+    // Tests, comparisons and logic: one per element.
+    pointwise!("aten::eq"),
+    pointwise!("aten::ne"),
+    pointwise!("aten::lt"),
+    pointwise!("aten::le"),
+    pointwise!("aten::gt"),
+    pointwise!("aten::ge"),
+    pointwise!("aten::isneginf"),
+    pointwise!("aten::isposinf"),
+    pointwise!("aten::isinf"),
+    pointwise!("aten::isnan"),
+    pointwise!("aten::bitwise_and"),
+    pointwise!("aten::bitwise_or"),
+    pointwise!("aten::bitwise_xor"),
+    pointwise!("aten::bitwise_not"),
+    pointwise!("aten::logical_and"),
+    pointwise!("aten::logical_or"),
+    pointwise!("aten::logical_not"),
+    // max/min: elementwise with `other`, reductions otherwise.
+    row!("aten::max", Reduction, pointwise::elementwise_or_reduction, PER_INPUT),
+    row!("aten::min", Reduction, pointwise::elementwise_or_reduction, PER_INPUT),
     // Reductions.
     row!("aten::sum", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::mean", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::prod", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::amax", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::amin", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::argmax", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::argmin", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::all", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::any", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::cumsum", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::var", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::var_mean", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::std", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::std_mean", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::norm", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::linalg_vector_norm", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::logsumexp", Reduction, reduction::one_per_input_element, PER_INPUT),
+    // Accumulating writes.
+    row!("aten::embedding_dense_backward", Reduction, reduction::one_per_source_element, ACCUMULATE),
+    row!("aten::index_put", Reduction, reduction::index_put, ACCUMULATE),
+    row!("aten::index_put_", Reduction, reduction::index_put, ACCUMULATE),
+    row!("aten::_index_put_impl_", Reduction, reduction::index_put, ACCUMULATE),
     // Losses.
     row!("aten::nll_loss_forward", Loss, loss::nll_loss_forward, LOSS),
     row!("aten::nll_loss2d_forward", Loss, loss::nll_loss_forward, LOSS),
@@ -200,6 +384,10 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_native_batch_norm_legit", Normalization, norm::batch_norm, NORM),
     row!("aten::_native_batch_norm_legit_no_training", Normalization, norm::batch_norm_no_training, NORM),
     row!("aten::native_batch_norm_backward", Normalization, norm::batch_norm_backward, NORM),
+    row!("aten::native_layer_norm", Normalization, norm::layer_norm, NORM),
+    row!("aten::native_layer_norm_backward", Normalization, norm::layer_norm_backward, NORM),
+    row!("aten::native_group_norm", Normalization, norm::group_norm, NORM),
+    row!("aten::native_group_norm_backward", Normalization, norm::group_norm_backward, NORM),
     // Pooling.
     row!("aten::max_pool1d", Pooling, pool::max_pool::<1>, WINDOW),
     row!("aten::max_pool2d", Pooling, pool::max_pool::<2>, WINDOW),
@@ -221,6 +409,18 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_adaptive_avg_pool3d_backward", Pooling, pool::adaptive_avg_pool_backward::<3>, WINDOW),
     row!("aten::adaptive_max_pool2d_backward", Pooling, pool::max_pool_backward, ROUTE),
     row!("aten::adaptive_max_pool3d_backward", Pooling, pool::max_pool_backward, ROUTE),
+    // Interpolation (F.interpolate): taps per output element; nearest forward is a copy.
+    row!("aten::upsample_linear1d", Interpolation, interpolate::forward::<1, 2>, TAPS),
+    row!("aten::upsample_bilinear2d", Interpolation, interpolate::forward::<2, 4>, TAPS),
+    row!("aten::upsample_bicubic2d", Interpolation, interpolate::forward::<2, 16>, TAPS),
+    row!("aten::upsample_trilinear3d", Interpolation, interpolate::forward::<3, 8>, TAPS),
+    row!("aten::upsample_linear1d_backward", Interpolation, interpolate::backward::<2>, TAPS),
+    row!("aten::upsample_bilinear2d_backward", Interpolation, interpolate::backward::<4>, TAPS),
+    row!("aten::upsample_bicubic2d_backward", Interpolation, interpolate::backward::<16>, TAPS),
+    row!("aten::upsample_trilinear3d_backward", Interpolation, interpolate::backward::<8>, TAPS),
+    row!("aten::upsample_nearest1d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
+    row!("aten::upsample_nearest2d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
+    row!("aten::upsample_nearest3d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
 ];
 
 /// What the registry says about one operator name.
@@ -315,6 +515,33 @@ mod tests {
         assert!(matches!(lookup("aten::view"), Some(Rule::Ignored(_))));
         assert_eq!(lookup("aten::not_an_op"), None);
         assert_eq!(lookup("mm"), None);
+    }
+
+    #[test]
+    fn every_row_prices_a_hand_computed_call() {
+        use crate::args::build::*;
+        // A [2,3] tensor and a [3] tensor (lists for _foreach_* rows, a bool where accumulate
+        // sits): every pointwise row gives 6, every foreach row K x 6.
+        for f in FORMULAS.iter().filter(|f| f.category == Category::Pointwise) {
+            let foreach = f.operator.contains("_foreach_");
+            let got = testing::with_args(
+                |s| {
+                    if foreach {
+                        tensors(s, &[&[2, 3]]);
+                        tensors(s, &[&[2, 3]]);
+                        tensors(s, &[&[2, 3]]);
+                    } else {
+                        tensor(s, &[2, 3]);
+                        tensor(s, &[3]);
+                    }
+                },
+                f.flops,
+            );
+            let per = if f.convention.rule.starts_with("3 FLOPs") { 3 } else { 1 };
+            let per =
+                if foreach && ["addcmul", "addcdiv", "lerp"].iter().any(|k| f.operator.contains(k)) { 3 } else { per };
+            assert_eq!(got, Ok(6 * per), "{}", f.operator);
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! element, 5 with an affine weight; evaluation mode only normalizes with stored statistics,
 //! 1 FLOP per element, 2 with an affine weight. A backward pass costs twice the forward of the
 //! same mode (the input gradient, plus the reductions for the statistics and affine gradients),
-//! the usual backward = 2 x forward rule.
+//! the usual backward = 2 x forward rule. Layer and group normalization always compute their
+//! statistics: they cost what training-mode batch normalization does, in every mode.
 
 use super::{mul, require_tensor, FormulaError};
 use crate::args::{Arg, Args};
@@ -48,6 +49,32 @@ pub fn batch_norm_backward(args: &Args) -> Result<u64, FormulaError> {
     let training = args.bool(7).ok_or(FormulaError::MissingArgument(7))?;
     let forward = mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(training, has_tensor(args, 2)))?;
     mul(forward, 2)
+}
+
+fn numel_times(input_index: usize, args: &Args, per: u64) -> Result<u64, FormulaError> {
+    mul(require_tensor(args, input_index)?.numel().ok_or(FormulaError::Overflow)?, per)
+}
+
+/// `native_layer_norm(input, normalized_shape, weight, bias, eps)`.
+pub fn layer_norm(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(0, args, per_element(true, has_tensor(args, 2)))
+}
+
+/// `native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias,
+/// output_mask)`: twice the forward.
+pub fn layer_norm_backward(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(1, args, 2 * per_element(true, has_tensor(args, 5)))
+}
+
+/// `native_group_norm(input, weight, bias, N, C, HxW, group, eps)`.
+pub fn group_norm(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(0, args, per_element(true, has_tensor(args, 1)))
+}
+
+/// `native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
+/// output_mask)`: twice the forward.
+pub fn group_norm_backward(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(1, args, 2 * per_element(true, has_tensor(args, 4)))
 }
 
 #[cfg(test)]
@@ -128,5 +155,78 @@ mod tests {
         );
         // 72 elements * 5 * 2 = 720.
         assert_eq!(f, Ok(720));
+    }
+
+    #[test]
+    fn layer_norm_always_computes_statistics() {
+        // x[2,3,4] = 24 elements over the last dim: 5 per element with weight and bias.
+        let forward = |affine: bool| {
+            with_args(
+                |s| {
+                    tensor(s, &[2, 3, 4]);
+                    ints(s, &[4]);
+                    if affine {
+                        tensor(s, &[4]);
+                        tensor(s, &[4]);
+                    } else {
+                        none(s);
+                        none(s);
+                    }
+                    double(s, 1e-5);
+                },
+                layer_norm,
+            )
+        };
+        assert_eq!(forward(true), Ok(120));
+        assert_eq!(forward(false), Ok(96));
+        let backward = with_args(
+            |s| {
+                tensor(s, &[2, 3, 4]);
+                tensor(s, &[2, 3, 4]);
+                ints(s, &[4]);
+                tensor(s, &[2, 3, 1]);
+                tensor(s, &[2, 3, 1]);
+                tensor(s, &[4]);
+                tensor(s, &[4]);
+                bools(s, &[true, true, true]);
+            },
+            layer_norm_backward,
+        );
+        assert_eq!(backward, Ok(240));
+    }
+
+    #[test]
+    fn group_norm_forward_and_backward() {
+        // x[2,6,5] in 3 groups, affine: 60 elements x 5; backward without weight: 60 x 8.
+        let forward = with_args(
+            |s| {
+                tensor(s, &[2, 6, 5]);
+                tensor(s, &[6]);
+                tensor(s, &[6]);
+                int(s, 2);
+                int(s, 6);
+                int(s, 5);
+                int(s, 3);
+                double(s, 1e-5);
+            },
+            group_norm,
+        );
+        assert_eq!(forward, Ok(300));
+        let backward = with_args(
+            |s| {
+                tensor(s, &[2, 6, 5]);
+                tensor(s, &[2, 6, 5]);
+                tensor(s, &[2, 3]);
+                tensor(s, &[2, 3]);
+                none(s);
+                int(s, 2);
+                int(s, 6);
+                int(s, 5);
+                int(s, 3);
+                bools(s, &[true, false, false]);
+            },
+            group_norm_backward,
+        );
+        assert_eq!(backward, Ok(480));
     }
 }

@@ -3,8 +3,8 @@
 //! In-place and `out=` variants cost the same as the functional form. The output's element
 //! count is the broadcast of every tensor argument's shape, so no output capture is needed.
 
-use super::{mul, FormulaError};
-use crate::args::Args;
+use super::{add, mul, require_tensor, FormulaError};
+use crate::args::{Arg, Args};
 
 /// Elements of the broadcast of all tensor arguments (`torch.broadcast_shapes`).
 pub fn broadcast_numel(args: &Args) -> Result<u64, FormulaError> {
@@ -38,6 +38,47 @@ pub fn one_per_element(args: &Args) -> Result<u64, FormulaError> {
 /// `K` FLOPs per output element (`addcmul`: `self + value * t1 * t2` is 3).
 pub fn per_element<const K: u64>(args: &Args) -> Result<u64, FormulaError> {
     mul(broadcast_numel(args)?, K)
+}
+
+/// `K` FLOPs per element of the first tensor list (`_foreach_*` kernels: one pointwise
+/// operation per list entry; the other lists and scalars match the first list's shapes).
+pub fn foreach<const K: u64>(args: &Args) -> Result<u64, FormulaError> {
+    let tensors = args.list_tensors(0).ok_or(FormulaError::MissingArgument(0))?;
+    let mut total = 0u64;
+    for t in tensors {
+        total = add(total, t.numel().ok_or(FormulaError::Overflow)?)?;
+    }
+    mul(total, K)
+}
+
+/// `max`/`min`: the `other` overload is elementwise (1 per broadcast element), the others
+/// reduce `self` (1 per input element, the reduction convention).
+pub fn elementwise_or_reduction(args: &Args) -> Result<u64, FormulaError> {
+    match args.get(1) {
+        Some(Arg::Tensor(other)) => {
+            let input = require_tensor(args, 0)?;
+            broadcast_pair(input.dims, other.dims)
+        }
+        _ => require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow),
+    }
+}
+
+fn broadcast_pair(a: &[i64], b: &[i64]) -> Result<u64, FormulaError> {
+    let rank = a.len().max(b.len());
+    let mut total = 1u64;
+    for from_end in 1..=rank {
+        let x = a.len().checked_sub(from_end).map_or(1, |i| a[i]);
+        let y = b.len().checked_sub(from_end).map_or(1, |i| b[i]);
+        let size = match (x, y) {
+            (x, y) if x < 0 || y < 0 => return Err(FormulaError::UnexpectedShape),
+            (1, y) => y,
+            (x, 1) => x,
+            (x, y) if x == y => x,
+            _ => return Err(FormulaError::UnexpectedShape),
+        };
+        total = mul(total, size as u64)?;
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -141,5 +182,53 @@ mod tests {
             ),
             Err(FormulaError::MissingTensor(0))
         );
+    }
+
+    #[test]
+    fn foreach_counts_every_list_entry() {
+        // AdamW's _foreach_addcdiv_(params, exp_avgs, denoms, step_sizes) on [3,4] and [5]: 3 x 17.
+        let f = with_args(
+            |s| {
+                tensors(s, &[&[3, 4], &[5]]);
+                tensors(s, &[&[3, 4], &[5]]);
+                tensors(s, &[&[3, 4], &[5]]);
+                double(s, 0.1);
+            },
+            foreach::<3>,
+        );
+        assert_eq!(f, Ok(51));
+        // _foreach_sqrt(exp_avg_sqs) on [2,2], [0] and []: 4 + 0 + 1.
+        assert_eq!(with_args(|s| tensors(s, &[&[2, 2], &[0], &[]]), foreach::<1>), Ok(5));
+        assert_eq!(with_args(|s| tensor(s, &[2]), foreach::<1>), Err(FormulaError::MissingArgument(0)));
+    }
+
+    #[test]
+    fn max_min_are_elementwise_with_other_and_reductions_otherwise() {
+        // max.other([4,1], [3]) -> [4,3] = 12; max.dim([4,3], 1, false) reads 12 elements.
+        let pair = with_args(
+            |s| {
+                tensor(s, &[4, 1]);
+                tensor(s, &[3]);
+            },
+            elementwise_or_reduction,
+        );
+        assert_eq!(pair, Ok(12));
+        let reduce = with_args(
+            |s| {
+                tensor(s, &[4, 3]);
+                int(s, 1);
+                boolean(s, false);
+            },
+            elementwise_or_reduction,
+        );
+        assert_eq!(reduce, Ok(12));
+        let bad = with_args(
+            |s| {
+                tensor(s, &[4, 2]);
+                tensor(s, &[3]);
+            },
+            elementwise_or_reduction,
+        );
+        assert_eq!(bad, Err(FormulaError::UnexpectedShape));
     }
 }

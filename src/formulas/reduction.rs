@@ -1,13 +1,48 @@
 //! Reductions. Convention: one FLOP per input element (each element enters one add; `mean`'s
 //! final division per output stands in for the one add fewer than elements per output, so
 //! `mean` is exactly one FLOP per input element and `sum` within one FLOP per output of it).
+//! The same holds for `amax`, `prod`, `cumsum`, `var`, `norm`, ...: one FLOP per element read,
+//! whatever the per-element arithmetic.
+//!
+//! Accumulating writes (`index_put_` with `accumulate=True`, the embedding gradient) are
+//! reductions too: one FLOP per element added into the destination.
 
-use super::{require_tensor, FormulaError};
+use super::{mul, product, require_tensor, FormulaError};
 use crate::args::Args;
 
 /// `sum` / `mean` / ... over `self` (argument 0): `numel(self)`.
 pub fn one_per_input_element(args: &Args) -> Result<u64, FormulaError> {
     require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)
+}
+
+/// `embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)`:
+/// every gradient row is added into its weight row, one FLOP per `grad_output` element.
+pub fn one_per_source_element(args: &Args) -> Result<u64, FormulaError> {
+    require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)
+}
+
+/// `index_put(self, indices, values, accumulate)`, `index_put_` and `_index_put_impl_(...,
+/// accumulate, unsafe)`: one FLOP per `values` element when accumulating (assignment alone is a
+/// copy, zero FLOPs). `values` broadcasts to the indexed positions, so their count is read from
+/// the indices when they are longer.
+pub fn index_put(args: &Args) -> Result<u64, FormulaError> {
+    let accumulate = args.bool(3).ok_or(FormulaError::MissingArgument(3))?;
+    if !accumulate {
+        return Ok(0);
+    }
+    let values = require_tensor(args, 2)?.numel().ok_or(FormulaError::Overflow)?;
+    // `values` broadcasts to the positions written: (broadcast index count) x (the sizes of
+    // `self` the indices do not cover). An accumulate adds once per position.
+    let target = require_tensor(args, 0)?;
+    let (mut indexed, mut count) = (0usize, 0u64);
+    if let Some(indices) = args.list_tensors(1) {
+        for index in indices {
+            indexed += 1;
+            count = count.max(index.numel().ok_or(FormulaError::Overflow)?);
+        }
+    }
+    let trailing = product(target.dims.get(indexed..).unwrap_or(&[]))?;
+    Ok(values.max(mul(count, trailing)?))
 }
 
 #[cfg(test)]
@@ -38,5 +73,38 @@ mod tests {
             ),
             Err(FormulaError::MissingTensor(0))
         );
+    }
+
+    #[test]
+    fn accumulating_writes() {
+        // embedding_dense_backward: grad [2,8,32] -> 512 adds.
+        let embedding = with_args(
+            |s| {
+                tensor(s, &[2, 8, 32]);
+                tensor(s, &[2, 8]);
+                int(s, 100);
+                int(s, -1);
+                boolean(s, false);
+            },
+            one_per_source_element,
+        );
+        assert_eq!(embedding, Ok(512));
+        let put = |accumulate: bool, values: &[i64]| {
+            with_args(
+                |s| {
+                    tensor(s, &[10, 4]);
+                    tensors(s, &[&[6]]);
+                    tensor(s, values);
+                    boolean(s, accumulate);
+                    boolean(s, false);
+                },
+                index_put,
+            )
+        };
+        // 6 rows of 4 accumulated: 24; assignment is a copy.
+        assert_eq!(put(true, &[6, 4]), Ok(24));
+        assert_eq!(put(false, &[6, 4]), Ok(0));
+        // A scalar value broadcast to the 6 indexed rows of 4.
+        assert_eq!(put(true, &[]), Ok(24));
     }
 }

@@ -149,3 +149,60 @@ def test_pointwise_reduction_norm_pool_conventions():
     bn = torch.nn.BatchNorm2d(4).eval()
     with torch.no_grad():
         assert flops(lambda: bn(x)) == 2 * 288  # eval, affine: 2 per element
+
+
+def test_multihead_attention_fast_path_is_counted_where_flop_counter_mode_sees_nothing():
+    """nn.MultiheadAttention in eval + no_grad runs one fused kernel; FlopCounterMode counts 0
+    for it. We price it exactly as its slow path's operators, which FlopCounterMode does count."""
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(3, 5, 8)
+    # QKV 2*3*(5+2*5)*8*8 = 5760; QK^T and AV 4*3*5*5*8 = 2400; out 2*3*5*8*8 = 1920.
+    expected = 5760 + 2400 + 1920
+
+    def fast() -> None:
+        with torch.no_grad():
+            mha(x, x, x, need_weights=False)
+
+    report = torchscan.measure_flops(fast)
+    assert report["by_operator"]["aten._native_multi_head_attention"] == expected
+    assert report["by_category"]["attention"] == expected
+    assert fcm_total(fast) == 0
+
+    def slow() -> None:
+        # With autograd on, the module takes the operator-by-operator path; need_weights keeps
+        # the attention products as bmm (with SDPA, FlopCounterMode would miss them on CPU too).
+        mha(x, x, x, need_weights=True)
+
+    assert fcm_total(slow) == expected
+    slow_report = torchscan.measure_flops(slow)
+    assert "aten._native_multi_head_attention" not in slow_report["by_operator"]
+    assert sum(slow_report["by_category"].get(c, 0) for c in ("matmul", "attention")) == expected
+
+
+def test_transformer_era_conventions():
+    x = torch.randn(2, 3, 4)
+    ln = torch.nn.LayerNorm(4)
+    with torch.no_grad():
+        assert flops(lambda: ln(x)) == 24 * 5  # statistics + affine: 5 per element
+        assert flops(lambda: F.layer_norm(x, (4,))) == 24 * 4
+        assert flops(lambda: F.gelu(x)) == 24
+        assert flops(lambda: F.silu(x) * x) == 48
+        assert flops(lambda: torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)) == 24 + 24 + 6 + 6
+    # Interpolation: bilinear 4 taps per output element; nearest is a copy.
+    img = torch.randn(1, 2, 4, 4)
+    assert flops(lambda: F.interpolate(img, size=(8, 8), mode="bilinear")) == 2 * 64 * 4
+    assert flops(lambda: F.interpolate(img, scale_factor=2, mode="bilinear")) == 2 * 64 * 4
+    report = torchscan.measure_flops(lambda: F.interpolate(img, scale_factor=2, mode="nearest"))
+    assert report["total"]["value"] == 0 and report["total"]["status"] == "complete"
+    assert "aten.upsample_nearest2d" in report["ignored_operators"]
+
+
+def test_foreach_optimizer_kernels():
+    params = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    sgd = torch.optim.SGD(params, lr=0.1, foreach=True)
+    report = torchscan.measure_flops(sgd.step)
+    # Plain SGD: one _foreach_add_(params, grads, alpha=-lr), 1 FLOP per element of 17.
+    assert report["by_operator"] == {"aten._foreach_add_": 17}
+    assert report["total"]["status"] == "complete"

@@ -1,0 +1,76 @@
+//! `docs/formulas.md`, generated from the registry so that it cannot drift: a test compares the
+//! file with [`markdown`] and fails on any difference (`make docs` rewrites it).
+
+use std::fmt::Write;
+
+use super::ignored::IGNORED;
+use super::{Category, FORMULAS};
+
+/// The whole page: one table per category, then the ignore list by reason.
+pub fn markdown() -> String {
+    let mut out = String::new();
+    out.push_str(
+        "# Operator formulas\n\n\
+         Generated from the registry (`src/formulas/mod.rs` and `src/formulas/ignored.rs`) by \
+         `make docs`; a test fails when this page and the registry disagree.\n\n\
+         A row covers every overload of the operator. An operator that has a kernel of its own and \
+         appears nowhere on this page is *uncounted*: the total becomes `partial` and a diagnostic \
+         names it. Composite operators (no kernel of their own) are never listed: their nested \
+         operators are counted. Sources: PyTorch's `FlopCounterMode` formulas where it has them \
+         (matrix products, convolutions, attention), fvcore's for normalization and interpolation, \
+         and conventions stated here for the rest.\n",
+    );
+    for category in Category::ALL {
+        let rows: Vec<_> = FORMULAS.iter().filter(|f| f.category == category).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = write!(
+            out,
+            "\n## {}\n\n| operator | formula | convention | source |\n|---|---|---|---|\n",
+            category.name()
+        );
+        for f in rows {
+            let _ = writeln!(
+                out,
+                "| `{}` | `{}` | {} | {} |",
+                f.operator, f.formula, f.convention.rule, f.convention.source
+            );
+        }
+    }
+    out.push_str(
+        "\n## Ignored: no arithmetic (0 FLOPs, listed in `ignored_operators`)\n\n| operator | reason |\n|---|---|\n",
+    );
+    for ignored in IGNORED {
+        let _ = writeln!(out, "| `{}` | {} |", ignored.operator, ignored.reason.name());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `docs/formulas.md` equals the registry's page; `TORCHSCAN_BLESS=1` rewrites it.
+    #[test]
+    fn docs_formulas_md_is_generated_from_the_registry() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/formulas.md");
+        let expected = markdown();
+        if std::env::var_os("TORCHSCAN_BLESS").is_some() {
+            std::fs::write(&path, &expected).expect("docs/formulas.md is writable");
+        }
+        let actual = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(actual == expected, "docs/formulas.md is stale: run `make docs`");
+    }
+
+    #[test]
+    fn every_formula_and_ignore_reason_is_listed() {
+        let page = markdown();
+        for f in FORMULAS {
+            assert!(page.contains(&format!("| `{}` | `{}` |", f.operator, f.formula)), "{}", f.operator);
+        }
+        for ignored in IGNORED {
+            assert!(page.contains(&format!("| `{}` | {} |", ignored.operator, ignored.reason.name())));
+        }
+    }
+}
