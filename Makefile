@@ -28,11 +28,18 @@ lint: $(VENV)/.deps
 	cargo fmt --check
 	cargo clippy --no-default-features --all-targets -- -D warnings
 	cargo clippy --release --all-targets -- -D warnings
+	$(TCH_ENV) cargo clippy --features tch --all-targets -- -D warnings
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test-rust:
+# The pure core, then the Rust API on real tch models (torch-sys uses the venv's torch 2.13.0)
+# and the tch example.
+TCH_ENV := PATH=$(abspath $(VENV))/bin:$$PATH VIRTUAL_ENV=$(abspath $(VENV)) LIBTORCH_USE_PYTORCH=1
+
+test-rust: $(VENV)/.deps
 	cargo test --no-default-features
+	$(TCH_ENV) cargo test --features tch --test tch_models
+	$(TCH_ENV) cargo run --quiet --features tch --example tch_mlp > /dev/null
 
 test-python: setup
 	$(PY) -m pytest -q

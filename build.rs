@@ -46,7 +46,7 @@ fn main() {
     let standard = if torch.minor >= 10 { "-std=c++20" } else { "-std=c++17" };
     let mut build = cxx_build::bridge("src/ffi.rs");
     build
-        .files(["cpp/observer.cpp", "cpp/ops.cpp", "cpp/memory.cpp"])
+        .files(["cpp/observer.cpp", "cpp/ops.cpp", "cpp/memory.cpp", "cpp/api.cpp"])
         .include("cpp/include")
         .include("cpp")
         .includes(&torch.includes)
@@ -68,6 +68,8 @@ fn main() {
     }
     println!("cargo:rustc-env=TORCHSCAN_TORCH_VERSION={}", torch.version);
     println!("cargo:rustc-env=TORCHSCAN_TORCH_LIB_DIR={}", torch.lib_dir.display());
+    // Rust tests and examples run against this libtorch without LD_LIBRARY_PATH.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", torch.lib_dir.display());
     // For C++ applications and tests that link the staticlib: where libtorch is.
     println!("cargo:lib_dir={}", torch.lib_dir.display());
 }

@@ -22,6 +22,15 @@ struct OpEvent {
 // All three are noexcept: an exception must never cross into Rust. The encoded arguments live
 // in a thread-local buffer, valid until the next read on the same thread.
 EventDescription describe(const OpEvent& event) noexcept;
+
+// The Rust API's way in (api.cpp): open a session observing the calling thread, close it (stop
+// observing), discard it in any state, and a CPU peak-memory measurement. They throw
+// torchscan::Error, which cxx hands to Rust as an Err with the message.
+int64_t begin_counting();
+void end_counting(int64_t handle);
+void end_counting_discard(int64_t handle) noexcept;
+int64_t begin_memory();
+rust::String end_memory(int64_t id);
 rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept;
 rust::Slice<const int64_t> read_outputs(const OpEvent& event) noexcept;
 

@@ -18,6 +18,7 @@
 #include <torch/library.h>
 
 #include "observer.h"
+#include "sessions.h"
 #include "torchscan/src/ffi.rs.h"
 
 namespace torchscan {
@@ -61,6 +62,10 @@ std::mutex g_mutex;
 std::unordered_map<int64_t, Measurement> g_measurements;
 std::atomic<int64_t> g_next{1};
 
+}  // namespace
+
+namespace sessions {
+
 int64_t memory_start() {
   TORCH_CHECK(c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == nullptr &&
                   ProfilerStateBase::get(/*global=*/true) == nullptr,
@@ -94,11 +99,11 @@ std::string memory_stop(int64_t id) {
   return m.reporter->report_json();
 }
 
-}  // namespace
+}  // namespace sessions
 }  // namespace torchscan
 
 TORCH_LIBRARY_FRAGMENT(torchscan, m) {
-  m.def(torch::schema("memory_start() -> int", c10::AliasAnalysisKind::CONSERVATIVE), &torchscan::memory_start);
+  m.def(torch::schema("memory_start() -> int", c10::AliasAnalysisKind::CONSERVATIVE), &torchscan::sessions::memory_start);
   m.def(torch::schema("memory_stop(int measurement) -> str", c10::AliasAnalysisKind::CONSERVATIVE),
-        &torchscan::memory_stop);
+        &torchscan::sessions::memory_stop);
 }

@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "observer.h"
+#include "sessions.h"
 #include "torchscan/src/ffi.rs.h"
 
 namespace torchscan {
@@ -61,50 +62,6 @@ bool stop_observing(int64_t handle) {
   return true;
 }
 
-int64_t open_session(const std::string& config) {
-  auto opened = call_core([&] { return ffi::open_session(config); });
-  Observing& o = g_observing[opened.slot];
-  o.thread.store(observer::current_thread());
-  o.handle.store(opened.handle);
-  try {
-    o.callback.store(observer::start(opened.slot, opened.generation, opened.capture_outputs));
-  } catch (...) {
-    o.handle.store(0);
-    ffi::discard_session(opened.handle);
-    throw;
-  }
-  return opened.handle;
-}
-
-std::string close_session(int64_t handle) {
-  stop_observing(handle);
-  auto pending = call_core([&] { return ffi::close_session(handle); });
-  return std::string(pending);
-}
-
-std::string finish_session(int64_t handle, const std::string& custom_flops) {
-  auto report = call_core([&] { return ffi::finish_session(handle, custom_flops); });
-  return std::string(report);
-}
-
-void discard_session(int64_t handle) {
-  try {
-    stop_observing(handle);
-  } catch (const c10::Error&) {
-    // Another thread's session: leave its callbacks alone, but free nothing it still uses.
-    return;
-  }
-  ffi::discard_session(handle);
-}
-
-void push_scope(int64_t handle, const std::string& label) {
-  call_core([&] { ffi::push_scope(handle, label); });
-}
-
-void pop_scope(int64_t handle) {
-  call_core([&] { ffi::pop_scope(handle); });
-}
-
 int64_t live_sessions() {
   return static_cast<int64_t>(ffi::live_sessions());
 }
@@ -140,6 +97,54 @@ std::string torch_version() {
 }
 
 }  // namespace
+
+namespace sessions {
+
+int64_t open(const std::string& config) {
+  auto opened = call_core([&] { return ffi::open_session(config); });
+  Observing& o = g_observing[opened.slot];
+  o.thread.store(observer::current_thread());
+  o.handle.store(opened.handle);
+  try {
+    o.callback.store(observer::start(opened.slot, opened.generation, opened.capture_outputs));
+  } catch (...) {
+    o.handle.store(0);
+    ffi::discard_session(opened.handle);
+    throw;
+  }
+  return opened.handle;
+}
+
+std::string close(int64_t handle) {
+  stop_observing(handle);
+  auto pending = call_core([&] { return ffi::close_session(handle); });
+  return std::string(pending);
+}
+
+std::string finish(int64_t handle, const std::string& custom_flops) {
+  auto report = call_core([&] { return ffi::finish_session(handle, custom_flops); });
+  return std::string(report);
+}
+
+void discard(int64_t handle) {
+  try {
+    stop_observing(handle);
+  } catch (const c10::Error&) {
+    // Another thread's session: leave its callbacks alone, but free nothing it still uses.
+    return;
+  }
+  ffi::discard_session(handle);
+}
+
+void push_scope(int64_t handle, const std::string& label) {
+  call_core([&] { ffi::push_scope(handle, label); });
+}
+
+void pop_scope(int64_t handle) {
+  call_core([&] { ffi::pop_scope(handle); });
+}
+
+}  // namespace sessions
 }  // namespace torchscan
 
 // The scope operators run twice per module call while a session observes every operator. An
@@ -163,12 +168,12 @@ TORCH_LIBRARY(torchscan, m) {
   auto def = [&](const char* schema, auto fn) {
     m.def(torch::schema(schema, c10::AliasAnalysisKind::CONSERVATIVE), fn);
   };
-  def("open_session(str config=\"\") -> int", &torchscan::open_session);
-  def("close_session(int session) -> str", &torchscan::close_session);
-  def("finish_session(int session, str custom_flops=\"[]\") -> str", &torchscan::finish_session);
-  def("discard_session(int session) -> ()", &torchscan::discard_session);
-  def("push_scope(int session, str label) -> ()", &torchscan::push_scope);
-  def("pop_scope(int session) -> ()", &torchscan::pop_scope);
+  def("open_session(str config=\"\") -> int", &torchscan::sessions::open);
+  def("close_session(int session) -> str", &torchscan::sessions::close);
+  def("finish_session(int session, str custom_flops=\"[]\") -> str", &torchscan::sessions::finish);
+  def("discard_session(int session) -> ()", &torchscan::sessions::discard);
+  def("push_scope(int session, str label) -> ()", &torchscan::sessions::push_scope);
+  def("pop_scope(int session) -> ()", &torchscan::sessions::pop_scope);
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
   def("module_metrics(str calls) -> str", &torchscan::module_metrics);

@@ -47,6 +47,9 @@ pub enum Error {
     /// A report given to `compare_reports` has an invalid value or an incompatible metric.
     #[error("{0}")]
     ReportValue(String),
+    /// libtorch or the C++ shim refused (a profiler holds the slot, the wrong thread, ...).
+    #[error("{0}")]
+    Native(String),
 }
 
 impl Error {
@@ -57,7 +60,8 @@ impl Error {
             | Error::SessionClosed(_)
             | Error::SessionStillOpen(_)
             | Error::TooManySessions(_)
-            | Error::ScopeUnderflow(_) => ErrorKind::Runtime,
+            | Error::ScopeUnderflow(_)
+            | Error::Native(_) => ErrorKind::Runtime,
             Error::BadConfig(_) | Error::BadCustomResults(_) | Error::ReportValue(_) => ErrorKind::Value,
             Error::WrongType { .. } | Error::ReportType(_) => ErrorKind::Type,
         }

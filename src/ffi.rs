@@ -95,6 +95,14 @@ mod bridge {
         /// The encoded inputs, in a thread-local buffer valid until the next read on this thread.
         fn read_inputs(event: &OpEvent) -> &[i64];
         fn read_outputs(event: &OpEvent) -> &[i64];
+
+        /// The Rust API (`crate::api`): a session observing the calling thread, its close, its
+        /// discard (any state, never fails), and a CPU peak-memory measurement.
+        fn begin_counting() -> Result<i64>;
+        fn end_counting(handle: i64) -> Result<()>;
+        fn end_counting_discard(handle: i64);
+        fn begin_memory() -> Result<i64>;
+        fn end_memory(id: i64) -> Result<String>;
     }
 }
 
@@ -237,4 +245,34 @@ fn format_info(
 
 fn compare_reports(before: &str, after: &str) -> Result<String, String> {
     guarded(|| crate::compare::compare_json(before, after))
+}
+
+/// The C++ entry points of the Rust API ([`crate::api`]), with their exceptions as [`crate::Error`].
+pub(crate) mod native {
+    use super::bridge;
+    use crate::error::{Error, Result};
+
+    fn native(e: cxx::Exception) -> Error {
+        Error::Native(e.what().to_string())
+    }
+
+    pub fn begin_counting() -> Result<i64> {
+        bridge::begin_counting().map_err(native)
+    }
+
+    pub fn end_counting(handle: i64) -> Result<()> {
+        bridge::end_counting(handle).map_err(native)
+    }
+
+    pub fn discard_counting(handle: i64) {
+        bridge::end_counting_discard(handle)
+    }
+
+    pub fn begin_memory() -> Result<i64> {
+        bridge::begin_memory().map_err(native)
+    }
+
+    pub fn end_memory(id: i64) -> Result<String> {
+        bridge::end_memory(id).map_err(native)
+    }
 }

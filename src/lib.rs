@@ -4,6 +4,10 @@
 //! through [`ffi`] (the one `#[cxx::bridge]`) to [`registry`], which routes it to a
 //! [`session::Session`]. Sessions apply the counting rule with the [`formulas`] registry and
 //! build the [`report`] types. Nothing outside `ffi.rs` knows about C++ or Python.
+//!
+//! With the `torch` feature (the default) the crate is also a library for libtorch programs:
+//! [`measure_flops`], [`measure_peak_memory`] and [`Counter`] for Rust (`tch`) users, and, as a
+//! static library, the C++ API of `cpp/include/torchscan/torchscan.h`.
 
 pub mod analysis;
 pub mod args;
@@ -19,7 +23,16 @@ pub mod session;
 pub mod summary;
 
 #[cfg(feature = "torch")]
+mod api;
+#[cfg(feature = "torch")]
 mod ffi;
 
+#[cfg(feature = "torch")]
+pub use api::{measure_flops, measure_peak_memory, Counter, Scope};
 pub use error::{Error, ErrorKind, Result};
+pub use memory::MemoryReport;
 pub use report::FlopReport;
+/// The `tch` this crate is built with: use it for models and tensors, so that they and the
+/// counters share one libtorch.
+#[cfg(feature = "tch")]
+pub use tch;
