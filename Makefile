@@ -1,8 +1,9 @@
 # Everything the README promises, from a fresh machine with Python >= 3.11, cargo and g++.
-#   make demo   set up, then measure the built-in example model
+#   make demo   set up, then analyse the built-in example model (torchscan CLI) and measure resnet18
 #   make test   set up, then lint and run every test (what CI runs)
 #   make bench  set up, then run the overhead benchmark
 #   make docs   regenerate docs/formulas.md from the formula registry
+#   make sanitize  ASan/UBSan C++ shim and valgrind'd Rust core tests (docs/reliability.md)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +11,7 @@ PY := $(abspath $(VENV))/bin/python
 # build.rs asks this interpreter where torch is; setup.py passes the same one.
 export TORCHSCAN_PYTHON := $(PY)
 
-.PHONY: setup demo test lint test-rust test-python bench docs clean
+.PHONY: setup demo test lint test-rust test-python bench docs sanitize clean
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,7 @@ setup: $(VENV)/.deps
 	$(PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall .
 
 demo: setup
+	$(abspath $(VENV))/bin/torchscan
 	$(PY) examples/demo.py
 
 lint: $(VENV)/.deps
@@ -48,6 +50,20 @@ test: setup lint test-rust test-python
 
 bench: setup
 	$(PY) benches/overhead.py
+
+# Native hygiene (docs/reliability.md): the C++ shim built with AddressSanitizer and UBSan runs
+# the C++ example (counters, scopes, the observer, the memory reporter; leaks checked), and the
+# Rust core's unit tests run under valgrind memcheck.
+SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+sanitize: $(VENV)/.deps
+	CARGO_TARGET_DIR=target/sanitize CXXFLAGS="$(SANITIZE)" cargo build --release --lib
+	$(MAKE) -C examples/cpp PYTHON=$(PY) OUT=$(abspath target/sanitize/cpp-example) \
+		TORCHSCAN_LIB=$(abspath target/sanitize/release/libtorchscan.a) CXX="$(CXX) $(SANITIZE)"
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 target/sanitize/cpp-example/main > /dev/null
+	cargo test --no-default-features --no-run 2>&1 | sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))/\1/p' > target/core-tests
+	valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+		$$(cat target/core-tests) --test-threads=2 -q
 
 # Regenerates docs/formulas.md from the formula registry (a test fails when they disagree).
 docs:

@@ -6,7 +6,7 @@ from . import modules, process, report, utils
 from .compare import compare_reports
 from .crawler import crawl_module, summary
 from .errors import IncompleteAnalysisError
-from .flops import measure_flops
+from .flops import FlopCounter, count_flops, measure_flops
 from .report import (
     AnalysisReport,
     Diagnostic,
@@ -22,12 +22,14 @@ __version__ = "0.3.0"
 __all__ = [
     "AnalysisReport",
     "Diagnostic",
+    "FlopCounter",
     "FlopReport",
     "IncompleteAnalysisError",
     "LayerReport",
     "MetricResult",
     "ReportDiff",
     "compare_reports",
+    "count_flops",
     "crawl_module",
     "measure_flops",
     "metric_result",

@@ -1,4 +1,4 @@
-"""measure_flops: count the FLOPs of every operator a workload dispatches.
+"""measure_flops and count_flops: count the FLOPs of every operator a workload dispatches.
 
 The counting happens natively (C++ observer, Rust core); Python only opens the session, labels
 module calls through global module hooks, and prices calls of operators that the caller maps to
@@ -7,11 +7,13 @@ its own formulas (``custom_mapping``), after the workload has finished.
 
 from __future__ import annotations
 
+import copy
 import json
 import operator
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
@@ -19,7 +21,7 @@ from torch import nn
 from ._native import ops
 from .report import FlopReport
 
-__all__ = ["measure_flops"]
+__all__ = ["FlopCounter", "count_flops", "measure_flops"]
 
 CustomFormula = Callable[..., int]
 
@@ -63,6 +65,58 @@ class ScopeDriver(Protocol):
     def remove(self) -> None: ...
 
 
+class _Session:
+    """One native counting session on the current thread, with its scope driver.
+
+    ``start`` opens the session and installs the driver; then exactly one of ``finish`` (the
+    FlopReport) or ``abort`` (nothing) ends it. Both remove the driver and leave no native
+    session behind, whatever raises. measure_flops and count_flops share this sequence.
+    """
+
+    def __init__(self, scopes: Callable[[int], ScopeDriver], formulas: dict[str, tuple[str, CustomFormula]]) -> None:
+        self._scopes = scopes
+        self._formulas = formulas
+        self._handle = 0
+        self._driver: ScopeDriver | None = None
+
+    def start(self) -> None:
+        config = json.dumps({"torch_version": torch.__version__, "custom_operators": sorted(self._formulas)})
+        self._handle = ops.open_session(config)
+        try:
+            self._driver = self._scopes(self._handle)
+            self._driver.install()
+        except BaseException:
+            self.abort()
+            raise
+
+    def finish(self) -> FlopReport:
+        """Stops counting and builds the report; custom formulas are priced only now, so that
+        their own work is never counted as the workload's."""
+        try:
+            try:
+                self._remove_driver()
+            finally:
+                pending = ops.close_session(self._handle)
+            results = _price(json.loads(pending), self._formulas)
+            report: FlopReport = json.loads(ops.finish_session(self._handle, json.dumps(results)))
+        except BaseException:
+            ops.discard_session(self._handle)
+            raise
+        return report
+
+    def abort(self) -> None:
+        """Stops counting and frees the session without a report (the work raised)."""
+        try:
+            self._remove_driver()
+        finally:
+            ops.discard_session(self._handle)
+
+    def _remove_driver(self) -> None:
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            driver.remove()
+
+
 def count_operators(
     workload: Callable[[], Any],
     scopes: Callable[[int], ScopeDriver],
@@ -70,22 +124,103 @@ def count_operators(
 ) -> FlopReport:
     """One native counting session around ``workload()``, finished into its FlopReport.
     ``scopes(handle)`` builds the hooks that label the work (module labels for by_module)."""
-    config = json.dumps({"torch_version": torch.__version__, "custom_operators": sorted(formulas)})
-    handle = ops.open_session(config)
+    session = _Session(scopes, formulas)
+    session.start()
     try:
-        driver = scopes(handle)
-        try:
-            driver.install()
-            workload()
-        finally:
-            driver.remove()
-            pending = ops.close_session(handle)
-        results = _price(json.loads(pending), formulas)
-        report: FlopReport = json.loads(ops.finish_session(handle, json.dumps(results)))
+        workload()
     except BaseException:
-        ops.discard_session(handle)
+        session.abort()
         raise
-    return report
+    return session.finish()
+
+
+class FlopCounter:
+    """The context-manager form of measure_flops, for work that is not one callable: a training
+    loop's forward, backward and optimizer step, say. Build it with :func:`count_flops`.
+
+    Counting covers what the current thread (and the autograd threads it starts) dispatches
+    between entering and leaving the ``with`` block; ``report()`` is then the same FlopReport
+    measure_flops would give for that work. A counter counts one block: enter a new one for the
+    next count.
+    """
+
+    def __init__(
+        self,
+        modules: nn.Module | Iterable[nn.Module] | None = None,
+        custom_mapping: Mapping[Any, CustomFormula] | None = None,
+    ) -> None:
+        # Validated here, so that a bad argument fails before any work runs.
+        roots = _roots(modules)
+        self._session = _Session(lambda handle: _ModuleLabels(handle, roots), _formulas(custom_mapping))
+        self._state: Literal["ready", "counting", "done", "failed"] = "ready"
+        self._report: FlopReport | None = None
+
+    def __enter__(self) -> FlopCounter:
+        if self._state != "ready":
+            raise RuntimeError(
+                "this count_flops counter was already entered (a counter counts one `with` block); "
+                "use a new torchscan.count_flops() for another count"
+            )
+        self._session.start()
+        self._state = "counting"
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            # The block's exception propagates unchanged (returning None does not swallow it).
+            self._state = "failed"
+            self._session.abort()
+            return
+        try:
+            self._report = self._session.finish()
+        except BaseException:
+            self._state = "failed"
+            raise
+        self._state = "done"
+
+    def report(self) -> FlopReport:
+        """The FlopReport of the counted block (a fresh copy on each call).
+
+        Raises:
+            RuntimeError: the block has not been entered, has not exited yet, or raised.
+        """
+        if self._state == "done" and self._report is not None:
+            return copy.deepcopy(self._report)
+        raise RuntimeError(_NO_REPORT[self._state])
+
+
+_NO_REPORT = {
+    "ready": "count_flops has no report: nothing was counted yet (use `with torchscan.count_flops() as counter:`, "
+    "then call counter.report() after the block)",
+    "counting": "count_flops has no report while counting: call counter.report() after the `with` block exits",
+    "failed": "count_flops has no report: the counted block (or finishing the count) raised an exception",
+}
+
+
+def count_flops(
+    modules: nn.Module | Iterable[nn.Module] | None = None,
+    custom_mapping: Mapping[Any, CustomFormula] | None = None,
+) -> FlopCounter:
+    """Counts the FLOPs of every operator dispatched inside a ``with`` block::
+
+        with torchscan.count_flops() as counter:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+        report = counter.report()
+
+    Args:
+        modules: as in measure_flops: the root module(s) whose calls label ``by_module``.
+        custom_mapping: as in measure_flops: ``{torch.ops.ns.op: formula}`` for this count only.
+
+    Returns:
+        A FlopCounter; after its block exits, ``counter.report()`` is the FlopReport (equal to
+        what measure_flops reports for the same work). An exception raised in the block
+        propagates unchanged, and the counting session and module hooks are removed either way.
+    """
+    return FlopCounter(modules=modules, custom_mapping=custom_mapping)
 
 
 def _roots(modules: object) -> list[nn.Module] | None:

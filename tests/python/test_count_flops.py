@@ -1,0 +1,209 @@
+"""count_flops: the context-manager form of measure_flops (training loops)."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import torchscan
+from torchscan.flops import FlopCounter
+
+# A custom operator with a CPU kernel of its own and no formula (defined once per process).
+_LIB = torch.library.Library("torchscan_count_test", "DEF")
+_LIB.define("twice(Tensor x) -> Tensor")
+_LIB.impl("twice", lambda x: x * 2, "CPU")
+
+
+def small_net():
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+
+
+def test_equals_measure_flops_on_the_same_forward():
+    model = small_net().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        with torchscan.count_flops() as counter:
+            model(x)
+        expected = torchscan.measure_flops(lambda: model(x))
+    report = counter.report()
+    assert report == expected
+    assert report["total"]["status"] == "complete"
+    # The convolution by hand: 2 * batch * out_channels * in_channels * 3*3 * 6*6.
+    assert report["by_module"]["Sequential.0"] == 2 * 2 * 4 * 3 * 9 * 36
+
+
+def training_setup():
+    torch.manual_seed(0)
+    model = small_net().train()
+    return model, adamw(model)
+
+
+def adamw(model):
+    # Single-tensor kernels (foreach=False), as on CPU by default, stated so the test is exact.
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+
+
+def test_training_step_forward_backward_and_optimizer_step():
+    x, target = torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 0])
+    model, optimizer = training_setup()
+    twin = copy.deepcopy(model)
+    twin_optimizer = adamw(twin)
+    initial = model[0].weight.detach().clone()
+
+    with torchscan.count_flops(modules=model) as counter:
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), target)
+        loss.backward()
+        optimizer.step()
+    report = counter.report()
+
+    def step():
+        twin_optimizer.zero_grad()
+        nn.functional.cross_entropy(twin(x), target).backward()
+        twin_optimizer.step()
+
+    assert report == torchscan.measure_flops(step, modules=twin)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert set(report["by_phase"]) == {"forward", "backward"}
+    phases = report["by_phase"]
+    assert phases["forward"]["value"] + phases["backward"]["value"] == report["total"]["value"]
+    # The backward of the convolution ran (weight gradient; the input needs none) ...
+    assert report["operator_calls"]["aten.convolution_backward"] == 1
+    # ... and so did the optimizer step: AdamW's addcdiv_ once per parameter tensor, at 3 FLOPs
+    # per element (docs/methodology.md).
+    parameters = list(model.parameters())
+    assert report["operator_calls"]["aten.addcdiv_"] == len(parameters) == 6
+    assert report["by_operator"]["aten.addcdiv_"] == 3 * sum(p.numel() for p in parameters)
+    # The counted block did the real work: the parameters moved, exactly as the twin's did.
+    assert not torch.equal(model[0].weight, initial)
+    assert torch.equal(model[0].weight, twin[0].weight)
+
+
+def test_several_iterations_of_a_loop_accumulate():
+    model = nn.Linear(8, 8)
+    x = torch.randn(2, 8)
+    with torchscan.count_flops() as counter:
+        for _ in range(3):
+            model.zero_grad()  # each iteration does the same work (no gradient accumulation)
+            model(x).sum().backward()
+
+    def one_iteration():
+        model.zero_grad()
+        model(x).sum().backward()
+
+    single = torchscan.measure_flops(one_iteration)
+    assert counter.report()["total"]["value"] == 3 * single["total"]["value"]
+
+
+def test_report_is_a_fresh_copy_each_time():
+    with torchscan.count_flops() as counter:
+        torch.mm(torch.randn(3, 4), torch.randn(4, 5))
+    first = counter.report()
+    first["total"]["value"] = -1
+    assert counter.report()["total"]["value"] == 120
+
+
+def test_custom_mapping_and_uncounted_operators():
+    x = torch.randn(3, 4)
+    with torchscan.count_flops() as unpriced:
+        torch.ops.torchscan_count_test.twice(x)
+    report = unpriced.report()
+    assert report["total"]["status"] == "partial"
+    assert [d["operator"] for d in report["diagnostics"]] == ["torchscan_count_test.twice"]
+
+    formula_inputs = []
+
+    def twice_flops(x_shape, *, out_shape):
+        formula_inputs.append((x_shape, out_shape))
+        return x_shape.numel()
+
+    mapping = {torch.ops.torchscan_count_test.twice: twice_flops}
+    with torchscan.count_flops(custom_mapping=mapping) as priced:
+        torch.ops.torchscan_count_test.twice(x)
+    assert priced.report()["total"] == {**report["total"], "status": "complete", "value": 12, "known_value": 12}
+    assert formula_inputs == [(torch.Size([3, 4]), torch.Size([3, 4]))]
+
+
+def test_report_before_the_block_exits_raises():
+    counter = torchscan.count_flops()
+    with pytest.raises(RuntimeError, match="nothing was counted yet"):
+        counter.report()
+    with counter:
+        torch.mm(torch.randn(2, 2), torch.randn(2, 2))
+        with pytest.raises(RuntimeError, match="after the `with` block exits"):
+            counter.report()
+    assert counter.report()["total"]["value"] == 16
+
+
+def test_an_exception_in_the_block_propagates_unchanged_and_cleans_up():
+    model = nn.Linear(4, 4)
+    error = KeyError("boom")
+    with pytest.raises(KeyError) as caught:
+        with torchscan.count_flops() as counter:
+            model(torch.randn(2, 4))  # inside a module call's hooks, then leaves the block
+            raise error
+    assert caught.value is error
+    # The fixture checks that no session and no hook is left; the counter has no report.
+    assert torch.ops.torchscan.live_sessions() == 0
+    with pytest.raises(RuntimeError, match=r"the counted block \(or finishing the count\) raised"):
+        counter.report()
+    # Counting works again right after.
+    with torchscan.count_flops() as again:
+        model(torch.randn(2, 4))
+    assert again.report()["by_category"]["matmul"] == 64
+
+
+def test_an_exception_inside_a_module_forward_also_cleans_up():
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise ValueError("bad input")
+
+    model = nn.Sequential(nn.Linear(4, 4), Broken())
+    with pytest.raises(ValueError, match="bad input"):
+        with torchscan.count_flops(modules=model):
+            model(torch.randn(1, 4))
+
+
+def test_keyboard_interrupt_also_cleans_up():
+    with pytest.raises(KeyboardInterrupt):
+        with torchscan.count_flops():
+            torch.mm(torch.randn(2, 2), torch.randn(2, 2))
+            raise KeyboardInterrupt
+
+
+def test_entering_the_same_counter_twice_raises():
+    counter = torchscan.count_flops()
+    with counter:
+        with pytest.raises(RuntimeError, match="already entered"):
+            with counter:
+                pass
+        torch.mm(torch.randn(2, 3), torch.randn(3, 2))
+    # The failed nested entry did not disturb the outer count.
+    assert counter.report()["total"]["value"] == 2 * 2 * 3 * 2
+    with pytest.raises(RuntimeError, match="already entered"):
+        with counter:
+            pass
+
+
+def test_counters_nest_and_count_inner_work_in_both():
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    with torchscan.count_flops() as outer:
+        torch.mm(a, b)
+        with torchscan.count_flops() as inner:
+            torch.mm(a, b)
+    assert inner.report()["total"]["value"] == 120
+    assert outer.report()["total"]["value"] == 240
+
+
+def test_arguments_are_validated_before_any_work():
+    with pytest.raises(TypeError, match=r"modules must be an nn\.Module or an iterable of them, got int"):
+        torchscan.count_flops(modules=3)
+    with pytest.raises(TypeError, match=r"not the overload aten\.sin\.default"):
+        torchscan.count_flops(custom_mapping={torch.ops.aten.sin.default: lambda *a, **k: 0})
+
+
+def test_public_surface():
+    assert "count_flops" in torchscan.__all__
+    assert isinstance(torchscan.count_flops(), FlopCounter)
+    assert torchscan.count_flops is torchscan.flops.count_flops
