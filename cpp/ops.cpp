@@ -83,9 +83,12 @@ void exit_call(int64_t session) {
 }
 
 std::string format_info(const std::string& report, const std::string& wrap_mode, bool receptive_field,
-                        bool effective_rf_stats) {
+                        bool effective_rf_stats, int64_t max_width) {
+  TORCH_CHECK_VALUE(max_width >= 0, "max_width must not be negative, got ", max_width);
   return std::string(
-      call_core([&] { return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats); }));
+      call_core([&] { return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats,
+                                         static_cast<std::size_t>(max_width));
+      }));
 }
 
 std::string compare_reports(const std::string& before, const std::string& after) {
@@ -181,6 +184,6 @@ TORCH_LIBRARY(torchscan, m) {
   def("enter_call(int session, str module_label, str call_label) -> ()", &torchscan::enter_call);
   def("exit_call(int session) -> ()", &torchscan::exit_call);
   def("compare_reports(str before, str after) -> str", &torchscan::compare_reports);
-  def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats) -> str",
+  def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats, int max_width=0) -> str",
       &torchscan::format_info);
 }

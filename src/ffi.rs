@@ -71,11 +71,13 @@ mod bridge {
         fn pop_scopes(handle: i64, count: usize) -> Result<()>;
 
         /// The `summary` table of a report; `wrap_mode` is "mid", "end" or "" (no wrapping).
+        /// `max_width` 0: as wide as the content needs.
         fn format_info(
             report: &str,
             wrap_mode: &str,
             receptive_field: bool,
             effective_rf_stats: bool,
+            max_width: usize,
         ) -> Result<String>;
 
         /// The ReportDiff of two reports (JSON, encoded as `compare.rs` describes).
@@ -234,12 +236,19 @@ fn format_info(
     wrap_mode: &str,
     receptive_field: bool,
     effective_rf_stats: bool,
+    max_width: usize,
 ) -> Result<String, String> {
     guarded(|| {
         let report: serde_json::Value = serde_json::from_str(report)
             .map_err(|e| crate::error::Error::BadConfig(format!("the report is not JSON ({e})")))?;
         let wrap = crate::summary::Wrap::parse((!wrap_mode.is_empty()).then_some(wrap_mode))?;
-        crate::summary::format_info(&report, wrap, receptive_field, effective_rf_stats)
+        crate::summary::format_info(
+            &report,
+            wrap,
+            receptive_field,
+            effective_rf_stats,
+            (max_width > 0).then_some(max_width),
+        )
     })
 }
 

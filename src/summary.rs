@@ -179,8 +179,30 @@ fn total_line(name: &str, metric: &Value) -> String {
     }
 }
 
-/// The table for `report` (`format_info` in Python).
-pub fn format_info(report: &Value, wrap: Wrap, receptive_field: bool, effective_rf_stats: bool) -> Result<String> {
+/// Narrowest the Layer, Type and Output Shape columns become to fit `max_width`.
+const MIN_WIDTHS: [usize; 3] = [12, 8, 10];
+
+/// Narrows the Layer, then the Output Shape, then the Type column (never below [`MIN_WIDTHS`])
+/// until the row is at most `max_width` characters; other columns keep their width.
+fn fit_to(widths: &mut [usize; 8], columns: usize, max_width: usize) {
+    let length = widths[..columns].iter().sum::<usize>() + (columns - 1) * MARGIN.len();
+    let mut excess = length.saturating_sub(max_width);
+    for column in [0, 2, 1] {
+        let cut = excess.min(widths[column].saturating_sub(MIN_WIDTHS[column]));
+        widths[column] -= cut;
+        excess -= cut;
+    }
+}
+
+/// The table for `report` (`format_info` in Python), as torchscan 0.2 draws it; with
+/// `max_width` (a terminal's width) the name, shape and type columns narrow to fit it.
+pub fn format_info(
+    report: &Value,
+    wrap: Wrap,
+    receptive_field: bool,
+    effective_rf_stats: bool,
+    max_width: Option<usize>,
+) -> Result<String> {
     let layers = report["layers"].as_array().ok_or_else(|| Error::BadConfig("report has no 'layers' list".into()))?;
     let totals =
         report["totals"].as_object().ok_or_else(|| Error::BadConfig("report has no 'totals' mapping".into()))?;
@@ -200,6 +222,9 @@ pub fn format_info(report: &Value, wrap: Wrap, receptive_field: bool, effective_
     } else {
         8
     };
+    if let Some(max_width) = max_width {
+        fit_to(&mut widths, columns, max_width);
+    }
     let length = widths[..columns].iter().sum::<usize>() + (columns - 1) * MARGIN.len();
     let (thin, thick, dots) = ("_".repeat(length), "=".repeat(length), "-".repeat(length));
     let fixed: [Option<usize>; 8] = widths.map(Some);
@@ -263,7 +288,7 @@ mod tests {
 
     #[test]
     fn reproduces_the_reference_table() {
-        let table = format_info(&conv_report(), Wrap::Mid, false, false).unwrap();
+        let table = format_info(&conv_report(), Wrap::Mid, false, false, None).unwrap();
         let trimmed: Vec<&str> = table.lines().map(str::trim_end).collect();
         assert_eq!(
             trimmed,
@@ -294,7 +319,7 @@ mod tests {
         r["totals"]["macs"] = json!({"status": "partial", "value": null, "known_value": 0, "unit": "MACs"});
         r["totals"]["dmas"] = json!({"status": "unavailable", "value": null, "known_value": null, "unit": "DMAs"});
         r["diagnostics"] = json!([{"code": "x"}]);
-        let table = format_info(&r, Wrap::Mid, true, false).unwrap();
+        let table = format_info(&r, Wrap::Mid, true, false, None).unwrap();
         assert!(table.contains("Multiply-Accumulations: known 0.00 MACs"));
         assert!(table.contains("Direct memory accesses: unavailable"));
         assert!(table.contains("Diagnostics: 1 (inspect report['diagnostics'])"));
@@ -311,5 +336,21 @@ mod tests {
         assert_eq!(shape_text(&json!({"kind": "tensor", "shape": [4]})), "(4,)");
         assert_eq!(shape_text(&json!({"kind": "tuple", "items": [{"kind": "none"}]})), "(none)");
         assert!(Wrap::parse(Some("start")).is_err());
+    }
+
+    #[test]
+    fn max_width_narrows_the_name_shape_and_type_columns() {
+        let r = conv_report();
+        let wide = format_info(&r, Wrap::Mid, false, false, None).unwrap();
+        let full = wide.lines().next().unwrap().chars().count();
+        // Never below the minimum widths: an impossible width gives the narrowest table.
+        let tiny = format_info(&r, Wrap::Mid, false, false, Some(10)).unwrap();
+        let floor = tiny.lines().next().unwrap().chars().count();
+        assert!(floor > 10 && floor < full, "{floor} {full}");
+        let target = full - 1;
+        let narrow = format_info(&r, Wrap::Mid, false, false, Some(target)).unwrap();
+        assert_eq!(narrow.lines().next().unwrap().chars().count(), target);
+        assert!(narrow.lines().take(4).all(|l| l.chars().count() <= target), "{narrow}");
+        assert_eq!(format_info(&r, Wrap::Mid, false, false, Some(1000)).unwrap(), wide);
     }
 }

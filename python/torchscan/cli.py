@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shutil
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -305,10 +306,10 @@ def _totals_text(report: AnalysisReport) -> str:
 def _summary_text(view: AnalysisReport, report: AnalysisReport, receptive_field: bool) -> str:
     """The layer table of ``view`` (the report limited to --max-depth), then the totals of the
     whole ``report``."""
-    # The core sizes each column from its content up to a fixed cap (Layer: 27 characters), so
-    # the table is as wide whatever the wrap mode: wrap_mode only decides how a longer name is
-    # shortened to its column, and "mid" (summary's default) marks the cut with "[...]".
-    return f"{format_info(view, 'mid', receptive_field)}\n{_totals_text(report)}"
+    # The core sizes each column from its content up to a fixed cap, then narrows the name,
+    # shape and type columns to the terminal's width; "mid" marks a shortened name with "[...]".
+    width = shutil.get_terminal_size().columns
+    return f"{format_info(view, 'mid', receptive_field, max_width=width)}\n{_totals_text(report)}"
 
 
 def _write_json(document: Mapping[str, Any], destination: str, out: TextIO) -> None:

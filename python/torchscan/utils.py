@@ -17,11 +17,18 @@ def format_info(
     wrap_mode: str | None = "mid",
     receptive_field: bool = False,
     effective_rf_stats: bool = False,
+    *,
+    max_width: int | None = None,
 ) -> str:
-    """The table `summary` prints for ``report`` (rendered by the native core)."""
+    """The table `summary` prints for ``report`` (rendered by the native core). ``max_width``
+    (a terminal's width, say) narrows the Layer, Output Shape and Type columns to fit it."""
     if wrap_mode not in ("mid", "end", None):
         raise ValueError(f"wrap_mode must be 'mid', 'end' or None, got {wrap_mode!r}")
-    return ops.format_info(json.dumps(report), wrap_mode or "", bool(receptive_field), bool(effective_rf_stats))
+    if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
+        raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
+    return ops.format_info(
+        json.dumps(report), wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0
+    )
 
 
 def aggregate_info(report: AnalysisReport, max_depth: int) -> AnalysisReport:

@@ -17,10 +17,10 @@ SCRIPT = Path(sys.executable).parent / "torchscan"
 HERE = Path(__file__).resolve().parent
 
 
-def run(*args, cwd, module=False):
+def run(*args, cwd, module=False, columns=100):
     """Runs the console script (or `python -m torchscan`) with the test models importable."""
     command = [sys.executable, "-m", "torchscan"] if module else [str(SCRIPT)]
-    env = dict(os.environ, PYTHONPATH=str(HERE), COLUMNS="100")
+    env = dict(os.environ, PYTHONPATH=str(HERE), COLUMNS=str(columns))
     return subprocess.run([*command, *args], capture_output=True, text=True, cwd=cwd, env=env, check=False)
 
 
@@ -99,6 +99,16 @@ def test_torchvision_model_with_max_depth(tmp_path):
     totals = totals_section(result.stdout)
     for name in ("parameters", "operator_flops", "module_flops"):
         assert totals[name] == (f"{expected[name]['value']:,}", expected[name]["unit"], "complete")
+
+
+def test_the_table_fits_the_terminal(tmp_path):
+    wide = run("torchvision.models:resnet18", "--input-shape", "3,32,32", cwd=tmp_path, columns=200)
+    narrow = run("torchvision.models:resnet18", "--input-shape", "3,32,32", cwd=tmp_path, columns=64)
+    assert wide.returncode == 0 and narrow.returncode == 0, narrow.stderr
+    width = max(len(line) for line in table_rows(wide.stdout))
+    assert width > 64
+    assert all(len(line) <= 64 for line in table_rows(narrow.stdout)), narrow.stdout
+    assert len(table_rows(narrow.stdout)) == len(table_rows(wide.stdout))
 
 
 def test_json_to_stdout_is_only_the_report(tmp_path):
