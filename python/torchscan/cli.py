@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import shutil
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
