@@ -18,6 +18,12 @@
 
 #include "observer.h"
 #include "torchscan/cpp/bridge.h"
+
+namespace torch::autograd {
+// The graph task the calling thread is executing, -1 outside autograd's backward
+// (torch/csrc/autograd/graph_task.h; declared here to keep that header's includes out).
+int get_current_graph_task_id();
+}  // namespace torch::autograd
 #include "torchscan/src/ffi.rs.h"
 
 namespace torchscan::ffi {
@@ -220,8 +226,12 @@ void on_start(std::size_t slot, const at::RecordFunction& fn) {
   ffi::OpEvent event{&fn};
   auto key = reinterpret_cast<std::size_t>(fn.name());
   auto token = reinterpret_cast<std::size_t>(st);
-  bool backward = st->backward_from != 0;
-  int64_t sequence = backward ? st->backward_sequence : fn.seqNr();
+  // Backward work: inside an autograd node, or elsewhere in the engine's execution of a graph
+  // task (the reductions that fit a gradient to its input's shape run between nodes). The
+  // latter has no node to attribute it to: it goes to the root scope.
+  bool in_node = st->backward_from != 0;
+  bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
+  int64_t sequence = in_node ? st->backward_sequence : backward ? -1 : fn.seqNr();
   uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence, event);
   if (decision != 0) {
     st->skip_from = st->depth;

@@ -73,6 +73,21 @@ def test_backward_work_is_attributed_to_the_module_that_ran_forward():
     assert fc == sum(pytorch["ResNet.fc"].values()) == 3 * 2 * 2 * 512 * 1000
 
 
+def test_backward_phase_includes_the_engines_gradient_reductions():
+    """The reduction that fits a bias gradient to the bias's shape runs in autograd's engine
+    between nodes: it is backward work, not forward."""
+    linear = torch.nn.Linear(4, 8)
+    x = torch.randn(2, 4)
+    y = linear(x).sum()
+    report = torchscan.measure_flops(y.backward)
+    phases = report["by_phase"]
+    # grad weight: mm 2*8*2*4 = 128; grad bias: the sum of the [2,8] output gradient, 16.
+    assert report["by_operator"] == {"aten.mm": 128, "aten.sum": 16}
+    assert phases["backward"]["value"] == report["total"]["value"] == 144
+    # Before the engine starts, backward() only creates the seed gradient (no arithmetic).
+    assert phases["forward"]["value"] == 0
+
+
 def test_custom_operator_without_formula_is_partial_and_named():
     x = torch.randn(3, 4)
     w = torch.randn(4, 5)
