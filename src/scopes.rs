@@ -123,6 +123,11 @@ impl ScopeTree {
         }
     }
 
+    /// A count in `node` did not fit in 64 bits: its labels (and their parents) are unavailable.
+    pub fn mark_overflowed(&mut self, node: u32) {
+        self.nodes[node as usize].overflowed = true;
+    }
+
     pub fn mark_incomplete(&mut self, node: u32) {
         self.nodes[node as usize].incomplete = true;
     }

@@ -290,8 +290,10 @@ impl Session {
                 } else {
                     Err(FormulaError::UnexpectedShape)
                 };
+                let category = formulas::FORMULAS[index].category;
                 match result {
-                    Ok(flops) => self.count(op, formulas::FORMULAS[index].category, scope, phase, flops),
+                    Ok(flops) => self.count(op, category, scope, phase, flops),
+                    Err(FormulaError::Overflow) => self.overflow(op, category, scope, phase),
                     Err(FormulaError::Descend) => {
                         self.ops[op].calls -= 1;
                         return Decision::Descend;
@@ -385,6 +387,16 @@ impl Session {
         self.scopes.add_flops(scope, flops);
     }
 
+    /// A count that does not fit in 64 bits: everything that would have included it (the
+    /// operator, its category, the phase, the scopes, the total) is unavailable, never wrapped.
+    fn overflow(&mut self, op: usize, category: Category, scope: u32, phase: Phase) {
+        self.ops[op].overflowed = true;
+        self.categories[category as usize] = u64::MAX;
+        self.total.overflowed = true;
+        self.phases[phase as usize].overflowed = true;
+        self.scopes.mark_overflowed(scope);
+    }
+
     fn mark_incomplete(&mut self, scope: u32, phase: Phase) {
         self.total.incomplete = true;
         self.phases[phase as usize].incomplete = true;
@@ -432,10 +444,7 @@ impl Session {
             match &custom[id] {
                 Ok(per_call) => match per_call.checked_mul(n) {
                     Some(f) => self.count(op, Category::Custom, scope, phase, f),
-                    None => {
-                        self.ops[op].overflowed = true;
-                        self.total.overflowed = true;
-                    }
+                    None => self.overflow(op, Category::Custom, scope, phase),
                 },
                 Err(exception) => {
                     let entry = custom_errors.entry(op).or_insert((0, exception.clone()));
@@ -831,6 +840,30 @@ mod tests {
         let r = report(s);
         assert_eq!(r.total.status, Status::Unavailable);
         assert!(r.diagnostics.iter().any(|d| d.code == "flop_overflow"));
+    }
+
+    #[test]
+    fn one_call_whose_count_exceeds_2_pow_64_is_unavailable_everywhere() {
+        let mut s = Session::new(Config::default());
+        // 2 * 2^22 * 2^22 * 2^22 = 2^67: the formula itself overflows.
+        let huge = |a: &mut Vec<i64>| {
+            tensor(a, &[1 << 22, 1 << 22]);
+            tensor(a, &[1 << 22, 1 << 22]);
+        };
+        let small = |a: &mut Vec<i64>| {
+            tensor(a, &[2, 3]);
+            tensor(a, &[3, 4]);
+        };
+        run(&mut s, &[op("aten::mm", true, huge, vec![]), op("aten::mm", true, small, vec![])], Phase::Forward);
+        let r = report(s);
+        assert_eq!((r.total.status, r.total.value, r.total.known_value), (Status::Unavailable, None, None));
+        assert_eq!(r.by_phase["forward"].status, Status::Unavailable);
+        assert!(!r.by_category.contains_key("matmul"), "no wrapped or partial category sum");
+        assert!(!r.by_operator.contains_key("aten.mm"));
+        let codes: Vec<(&str, Option<&str>)> =
+            r.diagnostics.iter().map(|d| (d.code.as_str(), d.operator.as_deref())).collect();
+        assert!(codes.contains(&("flop_overflow", Some("aten.mm"))), "{codes:?}");
+        assert!(!codes.iter().any(|(c, _)| *c == "formula_error"), "{codes:?}");
     }
 
     #[test]
