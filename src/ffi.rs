@@ -195,9 +195,12 @@ fn on_op_start(
 ) -> u8 {
     let phase = if backward { Phase::Backward } else { Phase::Forward };
     let call = OpCall { key, token, phase, sequence };
-    // On a panic (a bug), skip the event's children: never count anything twice.
-    catch_unwind(AssertUnwindSafe(|| registry::on_op_start(slot, generation, call, &Event(event))))
-        .unwrap_or(Decision::Skip) as u8
+    // A panic (a bug) is recorded against the session, and the event's children are skipped;
+    // the outer catch is the last line of defence: nothing may unwind into C++.
+    catch_unwind(AssertUnwindSafe(|| {
+        registry::guarded_event(slot, generation, || registry::on_op_start(slot, generation, call, &Event(event)))
+    }))
+    .unwrap_or(Decision::Skip) as u8
 }
 
 fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent) {

@@ -165,6 +165,27 @@ pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEve
     }
 }
 
+/// Handles one operator event with `handle_event`. A panic there is a bug in the core; it must
+/// not unwind into C++ (that aborts the process) and must not vanish either: the session
+/// records it (its total becomes partial, with an `internal_error` diagnostic) and the event's
+/// children are skipped, so that nothing is counted twice.
+pub fn guarded_event(slot: usize, generation: u64, handle_event: impl FnOnce() -> Decision) -> Decision {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(handle_event)) {
+        Ok(decision) => decision,
+        Err(_) => {
+            if let Some(cell) = SLOTS.get(slot) {
+                let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+                if guard.generation == generation {
+                    if let Some(State::Open(session)) = &mut guard.state {
+                        session.record_internal_error();
+                    }
+                }
+            }
+            Decision::Skip
+        }
+    }
+}
+
 /// The end of a custom-formula call.
 pub fn on_custom_end(slot: usize, generation: u64, token: usize, event: &dyn OpEvent) {
     let Some(cell) = SLOTS.get(slot) else { return };
@@ -179,4 +200,23 @@ pub fn on_custom_end(slot: usize, generation: u64, token: usize, event: &dyn OpE
 /// Sessions currently holding a slot (for leak checks in tests).
 pub fn live_sessions() -> usize {
     (0..MAX_SESSIONS).filter(|&s| lock(s).state.is_some()).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_while_handling_an_event_is_a_diagnostic_not_an_abort() {
+        let (handle, _) = open(Config::default()).unwrap();
+        let decision = guarded_event(handle.slot, handle.generation, || panic!("a bug in a formula"));
+        assert_eq!(decision, Decision::Skip);
+        let packed = handle.pack();
+        close(packed).unwrap();
+        let report = finish(packed, &[]).unwrap();
+        assert_eq!(report.total.status, crate::report::Status::Partial);
+        let internal: Vec<_> = report.diagnostics.iter().filter(|d| d.code == "internal_error").collect();
+        assert_eq!(internal.len(), 1);
+        assert!(internal[0].message.contains("1 operator event"), "{}", internal[0].message);
+    }
 }

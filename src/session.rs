@@ -205,6 +205,8 @@ pub struct Session {
     total: Counter,
     phases: [Counter; 2],
     backward_seen: bool,
+    /// Operator events the core failed to handle (a panic, caught): the total is a lower bound.
+    internal_errors: u64,
     categories: [u64; Category::ALL.len()],
     scopes: ScopeTree,
     stream: Vec<i64>,
@@ -225,6 +227,7 @@ impl Session {
             total: Counter::default(),
             phases: [Counter::default(), Counter::default()],
             backward_seen: false,
+            internal_errors: 0,
             categories: [0; Category::ALL.len()],
             scopes: ScopeTree::new(),
             stream: Vec::with_capacity(64),
@@ -397,6 +400,12 @@ impl Session {
         self.scopes.mark_overflowed(scope);
     }
 
+    /// An event the core failed to handle (see `registry::guarded_event`).
+    pub fn record_internal_error(&mut self) {
+        self.internal_errors += 1;
+        self.total.incomplete = true;
+    }
+
     fn mark_incomplete(&mut self, scope: u32, phase: Phase) {
         self.total.incomplete = true;
         self.phases[phase as usize].incomplete = true;
@@ -530,6 +539,20 @@ impl Session {
                 }
                 _ => {}
             }
+        }
+        if self.internal_errors > 0 {
+            diagnostics.push(Diagnostic {
+                code: "internal_error".into(),
+                severity: Severity::Error,
+                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
+                message: format!(
+                    "{} operator event(s) could not be processed (an internal error in torchscan's native core: \
+                     please report it); the total is a lower bound",
+                    self.internal_errors
+                ),
+                path: None,
+                operator: None,
+            });
         }
         if self.total.overflowed {
             diagnostics.push(Diagnostic {
