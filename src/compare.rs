@@ -66,8 +66,13 @@ fn number(value: &Value, location: &str) -> Result<Option<Value>> {
     }
 }
 
+/// An integer JSON number, exactly (`i64` or `u64` range).
+fn integer(value: &Value) -> Option<i128> {
+    value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from))
+}
+
 fn same_number(a: &Value, b: &Value) -> bool {
-    match (a.as_i64(), b.as_i64()) {
+    match (integer(a), integer(b)) {
         (Some(x), Some(y)) => x == y,
         _ => a.as_f64() == b.as_f64(),
     }
@@ -151,8 +156,16 @@ fn normalize(report: &Value, location: &str) -> Result<Normalized> {
             .ok_or_else(|| type_error(format!("{item_location}['path'] must be a string")))?;
         let call_index = match layer.get("call_index") {
             Some(Value::Number(n)) if n.is_i64() => n.as_i64().unwrap_or_default(),
+            Some(Value::Number(n)) if n.is_u64() => {
+                return Err(value_error(format!("{item_location}['call_index'] is out of range, got {n}")))
+            }
             _ => return Err(type_error(format!("{item_location}['call_index'] must be an integer"))),
         };
+        if call_index < 0 {
+            return Err(value_error(format!(
+                "{item_location}['call_index'] must not be negative (call indices count from 0), got {call_index}"
+            )));
+        }
         let key = (path.to_string(), call_index);
         if layers.contains_key(&key) {
             return Err(value_error(format!(
@@ -167,9 +180,21 @@ fn normalize(report: &Value, location: &str) -> Result<Normalized> {
     Ok(Normalized { version, totals, layers })
 }
 
+/// `after - before`: exact for integers (counts are up to 2^64 - 1, so a difference spans
+/// -(2^64 - 1) ..= 2^64 - 1: emitted as an integer when it fits `i64` or `u64`, else as the
+/// nearest float); a float difference otherwise.
 fn delta(before: &Value, after: &Value) -> Value {
-    match (before.as_i64(), after.as_i64()) {
-        (Some(b), Some(a)) => json!(a as i128 - b as i128),
+    match (integer(before), integer(after)) {
+        (Some(b), Some(a)) => {
+            let d = a - b;
+            if let Ok(v) = i64::try_from(d) {
+                json!(v)
+            } else if let Ok(v) = u64::try_from(d) {
+                json!(v)
+            } else {
+                json!(d as f64)
+            }
+        }
         _ => match (before.as_f64(), after.as_f64()) {
             (Some(b), Some(a)) => json!(a - b),
             _ => Value::Null,

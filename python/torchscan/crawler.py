@@ -11,12 +11,17 @@ import inspect
 import json
 import platform
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.nn.modules.module import (
+    _global_forward_hooks_with_kwargs,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 
 from ._metadata import describe_call, describe_value
 from ._native import ops
@@ -56,14 +61,31 @@ def crawl_module(
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
     if mode not in ("full", "structure"):
-        raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
+        raise ValueError(f"mode must be 'full' or 'structure', got {_kind(mode)}")
     # One walk of the module tree serves the recorder, the flags and the parameter totals.
     named = list(module.named_modules())
     params, buffers = _unique(m._parameters for _, m in named), _unique(m._buffers for _, m in named)
     call_args, call_kwargs, source = _inputs(input_shape, dtype, args, kwargs, device, params + buffers)
-    context = _context(module, mode, params + buffers)
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
     recorder = _Recorder(module, named, full=mode == "full")
+    with _model_lock(module):
+        return _analyse(module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict)
+
+
+def _analyse(
+    module: nn.Module,
+    mode: Mode,
+    named: list[tuple[str, nn.Module]],
+    recorder: _Recorder,
+    call_args: tuple[Any, ...],
+    call_kwargs: dict[str, Any],
+    inputs_meta: dict[str, Any],
+    params: list[nn.Parameter],
+    buffers: list[torch.Tensor],
+    strict: bool,
+) -> AnalysisReport:
+    """The forward pass and the report, with the model's flags saved and restored around it."""
+    context = _context(module, mode, params + buffers)
     flags = [(m, m.training) for _, m in named]
     # Full mode counts the operators of the same forward in a native session, which the core
     # finishes straight into the report (no FlopReport round trip through Python).
@@ -127,6 +149,20 @@ def summary(
 # ---- inputs ----
 
 
+# One analysis of a model at a time: each saves the training flags, calls eval() and restores
+# them, so two interleaved on different threads would leave the model as the first found it.
+_MODEL_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def _model_lock(module: nn.Module) -> threading.RLock:
+    with _MODEL_LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(module)
+        if lock is None:
+            lock = _MODEL_LOCKS[module] = threading.RLock()
+        return lock
+
+
 def _default_placement(tensors: list[torch.Tensor]) -> tuple[torch.device, torch.dtype]:
     for tensor in tensors:
         return tensor.device, tensor.dtype
@@ -162,13 +198,14 @@ def _inputs(
         return (() if args is None else args), call_kwargs, "provided"
     shapes = input_shape if isinstance(input_shape, list) else [input_shape]
     if not shapes or not all(isinstance(s, tuple) for s in shapes):
-        raise TypeError(f"input_shape must be a tuple or a non-empty list of tuples, got {input_shape!r}.")
+        # Type names only: an argument's repr can carry values (a tensor's, an object's).
+        raise TypeError(f"input_shape must be a tuple or a non-empty list of tuples, got {_kind(input_shape)}.")
     for shape in shapes:
         for dim in shape:
             if not isinstance(dim, int) or isinstance(dim, bool):
-                raise TypeError(f"Every input_shape dimension must be an integer, got {dim!r} in {shape!r}.")
+                raise TypeError(f"Every input_shape dimension must be an integer, got {_kind(dim)} in {_kind(shape)}.")
             if dim < 0:
-                raise ValueError(f"input_shape dimensions cannot be negative, got {dim} in {shape!r}.")
+                raise ValueError(f"input_shape dimensions cannot be negative, got {dim} in {_kind(shape)}.")
     default_device, default_dtype = _default_placement(tensors)
     target = torch.device(device) if device is not None else default_device
     if dtype is None:
@@ -186,6 +223,18 @@ def _inputs(
             raise TypeError(f"Every dtype value must be a torch.dtype, got {type(item).__name__}.")
     tensors = tuple(_generate((1, *shape), item, target) for shape, item in zip(shapes, dtypes, strict=True))
     return tensors, {}, "generated"
+
+
+def _kind(value: object) -> str:
+    """How an invalid argument is shown in an error: plain numbers, None and identifier strings
+    as themselves (configuration, not data), anything else by its type (a tensor's or an
+    object's repr can carry values), containers item by item."""
+    if value is None or type(value) in (int, float, bool) or (isinstance(value, str) and value.isidentifier()):
+        return repr(value)
+    if type(value) in (tuple, list) and len(value) <= 8:
+        items = ", ".join(_kind(v) for v in value)  # type: ignore[union-attr]
+        return f"({items}{',' if len(value) == 1 else ''})" if type(value) is tuple else f"[{items}]"
+    return type(value).__name__
 
 
 def _generate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -356,6 +405,8 @@ class _Recorder:
     def remove(self) -> None:
         for hook in self._hooks:
             hook.remove()
+            # PyTorch's handle for a with_kwargs global hook leaves its flag behind.
+            _global_forward_hooks_with_kwargs.pop(hook.id, None)
         self._hooks.clear()
         self._last = None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ._native import ops
@@ -23,12 +24,23 @@ def format_info(
     """The table `summary` prints for ``report`` (rendered by the native core). ``max_width``
     (a terminal's width, say) narrows the Layer, Output Shape and Type columns to fit it."""
     if wrap_mode not in ("mid", "end", None):
-        raise ValueError(f"wrap_mode must be 'mid', 'end' or None, got {wrap_mode!r}")
+        # An option string is echoed; any other object only by its type (its repr may hold data).
+        shown = repr(wrap_mode) if isinstance(wrap_mode, str) else f"a {type(wrap_mode).__name__}"
+        raise ValueError(f"wrap_mode must be 'mid', 'end' or None, got {shown}")
     if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
         raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
-    return ops.format_info(
-        json.dumps(report), wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0
-    )
+    _layers(report, "format_info")
+    if not isinstance(report.get("totals"), Mapping):
+        raise ValueError("report['totals'] must be a mapping of the AnalysisReport's totals")
+    try:
+        text = json.dumps(report, allow_nan=False)
+    except ValueError as error:  # NaN/infinity, or a cycle
+        raise ValueError(f"report holds a non-finite number or a cycle, which is not JSON data ({error})") from None
+    except TypeError as error:
+        raise TypeError(f"report holds a value that is not JSON data ({error})") from None
+    except RecursionError:
+        raise ValueError("report is nested too deeply to be an AnalysisReport") from None
+    return ops.format_info(text, wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0)
 
 
 def aggregate_info(report: AnalysisReport, max_depth: int) -> AnalysisReport:
@@ -37,10 +49,34 @@ def aggregate_info(report: AnalysisReport, max_depth: int) -> AnalysisReport:
         raise TypeError(f"max_depth must be an integer, got {type(max_depth).__name__}")
     if max_depth < 0:
         raise ValueError(f"max_depth must be non-negative, got {max_depth}.")
-    layers = report["layers"]
+    layers = _layers(report, "aggregate_info")
+    for i, layer in enumerate(layers):
+        depth = layer.get("depth") if isinstance(layer, Mapping) else None
+        if not isinstance(depth, int) or isinstance(depth, bool):
+            raise ValueError(f"report['layers'][{i}] must be a mapping with an integer 'depth'")
     if layers and not any(layer["depth"] == max_depth for layer in layers):
         deepest = max(layer["depth"] for layer in layers)
         raise ValueError(f"max_depth {max_depth} is higher than the module depth ({deepest}).")
-    view = copy.deepcopy(report)
+    try:
+        view = copy.deepcopy(report)
+    except RecursionError:
+        raise ValueError("report is nested too deeply to be an AnalysisReport") from None
     view["layers"] = [layer for layer in view["layers"] if layer["depth"] <= max_depth]
     return view
+
+
+def _layers(report: object, caller: str) -> list[Any]:
+    """``report["layers"]``, once ``report`` is known to look like an AnalysisReport."""
+    if not isinstance(report, Mapping):
+        raise TypeError(
+            f"{caller} needs an AnalysisReport (a mapping, from crawl_module or summary), got {type(report).__name__}"
+        )
+    if "layers" not in report and "total" in report and "by_operator" in report:
+        raise ValueError(
+            f"{caller} needs an AnalysisReport (from crawl_module or summary), got a FlopReport (from measure_flops)"
+        )
+    layers = report.get("layers")
+    if not isinstance(layers, list):
+        found = "it is missing" if "layers" not in report else f"got {type(layers).__name__}"
+        raise ValueError(f"report['layers'] must be a list of the AnalysisReport's layer calls; {found}")
+    return layers
