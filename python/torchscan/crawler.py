@@ -232,7 +232,7 @@ def _kind(value: object) -> str:
     if value is None or type(value) in (int, float, bool) or (isinstance(value, str) and value.isidentifier()):
         return repr(value)
     if type(value) in (tuple, list) and len(value) <= 8:
-        items = ", ".join(_kind(v) for v in value)  # type: ignore[union-attr]
+        items = ", ".join(_kind(v) for v in value)
         return f"({items}{',' if len(value) == 1 else ''})" if type(value) is tuple else f"[{items}]"
     return type(value).__name__
 
