@@ -197,6 +197,7 @@ struct ThreadSlot {
   int64_t skip_from = 0;
   int64_t backward_from = 0;
   int64_t backward_sequence = -1;  // the enclosing autograd node's sequence number
+  int64_t last_node_sequence = -1;  // the last autograd node entered on this thread
   bool capture = false;
 };
 thread_local std::array<ThreadSlot, kSlots> t_slots;
@@ -220,6 +221,7 @@ void on_start(std::size_t slot, const at::RecordFunction& fn) {
     if (st->backward_from == 0) {
       st->backward_from = st->depth;
       st->backward_sequence = fn.seqNr();
+      st->last_node_sequence = fn.seqNr();
     }
     return;
   }
@@ -227,11 +229,12 @@ void on_start(std::size_t slot, const at::RecordFunction& fn) {
   auto key = reinterpret_cast<std::size_t>(fn.name());
   auto token = reinterpret_cast<std::size_t>(st);
   // Backward work: inside an autograd node, or elsewhere in the engine's execution of a graph
-  // task (the reductions that fit a gradient to its input's shape run between nodes). The
-  // latter has no node to attribute it to: it goes to the root scope.
+  // task. Between nodes the engine fits the gradients a node returned to its inputs' shapes
+  // (the sum that reduces a bias gradient over the batch): that work belongs to the node that
+  // just ran, the last one entered on this thread.
   bool in_node = st->backward_from != 0;
   bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
-  int64_t sequence = in_node ? st->backward_sequence : backward ? -1 : fn.seqNr();
+  int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
   uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence, event);
   if (decision != 0) {
     st->skip_from = st->depth;

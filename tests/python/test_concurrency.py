@@ -372,11 +372,6 @@ def test_cuda_backward_on_the_engines_device_thread_is_counted_and_attributed():
     _assert_step_counted_and_attributed(report)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the reduction that fits a bias gradient to the bias's shape runs in autograd's engine between nodes: it "
-    "is counted as backward work but goes to no module, so a Linear's by_module misses its bias gradient",
-)
 def test_bias_gradient_reductions_are_attributed_to_their_module():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
