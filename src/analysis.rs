@@ -153,15 +153,26 @@ impl Metric {
     }
 }
 
-/// A layer's metrics, or operator FLOPs straight from the session.
+/// A metric of a layer or a total: computed here, or operator FLOPs straight from the session.
 #[derive(Serialize)]
 #[serde(untagged)]
-enum LayerMetric {
+enum AnyMetric {
     Module(Metric),
     Operator(MetricResult),
 }
 
-type Metrics = BTreeMap<&'static str, LayerMetric>;
+impl AnyMetric {
+    /// Not complete, and not merely not requested (what `strict` refuses).
+    fn is_counted_and_incomplete(&self) -> bool {
+        let (status, method) = match self {
+            AnyMetric::Module(m) => (m.status, m.method),
+            AnyMetric::Operator(m) => (m.status, m.method.as_str()),
+        };
+        status != Status::Complete && method != NOT_REQUESTED
+    }
+}
+
+type Metrics = BTreeMap<&'static str, AnyMetric>;
 
 #[derive(Serialize)]
 struct Layer<'a> {
@@ -179,29 +190,13 @@ struct Layer<'a> {
 }
 
 #[derive(Serialize)]
-#[serde(untagged)]
-enum Total {
-    Module(Metric),
-    Operator(MetricResult),
-}
-
-impl Total {
-    fn is_counted_and_incomplete(&self) -> bool {
-        match self {
-            Total::Module(m) => m.status != Status::Complete && m.method != NOT_REQUESTED,
-            Total::Operator(m) => m.status != Status::Complete && m.method != NOT_REQUESTED,
-        }
-    }
-}
-
-#[derive(Serialize)]
 struct AnalysisReport<'a> {
     schema_version: u32,
     context: &'a RawValue,
     inputs: &'a RawValue,
     layers: Vec<Layer<'a>>,
     operator_flops: FlopReport,
-    totals: BTreeMap<&'static str, Total>,
+    totals: Metrics,
     diagnostics: Vec<Diagnostic>,
 }
 
@@ -275,13 +270,13 @@ fn leaf_metrics(
                 path,
                 "The module call did not expose both an input and output tensor.".into(),
             ));
-            metrics.insert(name, LayerMetric::Module(Metric::unavailable(unit, "module_call", METHOD_MODULE)));
+            metrics.insert(name, AnyMetric::Module(Metric::unavailable(unit, "module_call", METHOD_MODULE)));
         }
         return;
     };
     let m = call.metrics();
     for ((name, unit), count) in COUNT_METRICS.into_iter().zip([&m.flops, &m.macs, &m.dmas]) {
-        metrics.insert(name, LayerMetric::Module(count_metric(count, name, unit, path, diagnostics)));
+        metrics.insert(name, AnyMetric::Module(count_metric(count, name, unit, path, diagnostics)));
     }
     let rf: [Metric; 3] = match (&m.receptive_field, attention) {
         (_, true) => [(); 3].map(|_| Metric::unavailable("elements", "module_call", "not_applicable")),
@@ -298,7 +293,7 @@ fn leaf_metrics(
         }
     };
     for (name, value) in RF_METRICS.into_iter().zip(rf) {
-        metrics.insert(name, LayerMetric::Module(value));
+        metrics.insert(name, AnyMetric::Module(value));
     }
 }
 
@@ -308,7 +303,7 @@ fn aggregate(layers: &[Layer], name: &str, unit: &'static str) -> Metric {
     let results: Vec<&Metric> = layers
         .iter()
         .filter_map(|l| match l.metrics.get(name) {
-            Some(LayerMetric::Module(m)) => Some(m),
+            Some(AnyMetric::Module(m)) => Some(m),
             _ => None,
         })
         .collect();
@@ -394,11 +389,11 @@ pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String
         let mut metrics = Metrics::new();
         metrics.insert(
             "calls",
-            LayerMetric::Module(Metric::complete(Number::Int(1), "calls", "module_call", "pytorch_hook")),
+            AnyMetric::Module(Metric::complete(Number::Int(1), "calls", "module_call", "pytorch_hook")),
         );
         if full {
             let own = by_call[index].take().unwrap_or_else(|| MetricResult::complete(0, "module_call"));
-            metrics.insert("operator_flops", LayerMetric::Operator(own));
+            metrics.insert("operator_flops", AnyMetric::Operator(own));
             if row.leaf {
                 let call = match layer.call {
                     None => None,
@@ -432,7 +427,8 @@ pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String
     diagnostics.extend(operator_flops.diagnostics.iter().cloned());
 
     let p = &doc.parameter_totals;
-    let model = |v: u64, unit: &'static str| Total::Module(Metric::complete(Number::Int(v), unit, "model", "pytorch"));
+    let model =
+        |v: u64, unit: &'static str| AnyMetric::Module(Metric::complete(Number::Int(v), unit, "model", "pytorch"));
     let mut totals = BTreeMap::new();
     totals.insert("parameters", model(p.trainable.saturating_add(p.frozen), "elements"));
     totals.insert("trainable_parameters", model(p.trainable, "elements"));
@@ -443,9 +439,9 @@ pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String
     for (name, unit) in COUNT_METRICS {
         let value =
             if full { aggregate(&layers, name, unit) } else { Metric::unavailable(unit, "forward", NOT_REQUESTED) };
-        totals.insert(name, Total::Module(value));
+        totals.insert(name, AnyMetric::Module(value));
     }
-    totals.insert("operator_flops", Total::Operator(operator_flops.total.clone()));
+    totals.insert("operator_flops", AnyMetric::Operator(operator_flops.total.clone()));
 
     let mut incomplete: BTreeSet<String> =
         totals.iter().filter(|(_, m)| m.is_counted_and_incomplete()).map(|(name, _)| (*name).to_string()).collect();

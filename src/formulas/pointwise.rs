@@ -55,30 +55,9 @@ pub fn foreach<const K: u64>(args: &Args) -> Result<u64, FormulaError> {
 /// reduce `self` (1 per input element, the reduction convention).
 pub fn elementwise_or_reduction(args: &Args) -> Result<u64, FormulaError> {
     match args.get(1) {
-        Some(Arg::Tensor(other)) => {
-            let input = require_tensor(args, 0)?;
-            broadcast_pair(input.dims, other.dims)
-        }
+        Some(Arg::Tensor(_)) => broadcast_numel(args),
         _ => require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow),
     }
-}
-
-fn broadcast_pair(a: &[i64], b: &[i64]) -> Result<u64, FormulaError> {
-    let rank = a.len().max(b.len());
-    let mut total = 1u64;
-    for from_end in 1..=rank {
-        let x = a.len().checked_sub(from_end).map_or(1, |i| a[i]);
-        let y = b.len().checked_sub(from_end).map_or(1, |i| b[i]);
-        let size = match (x, y) {
-            (x, y) if x < 0 || y < 0 => return Err(FormulaError::UnexpectedShape),
-            (1, y) => y,
-            (x, 1) => x,
-            (x, y) if x == y => x,
-            _ => return Err(FormulaError::UnexpectedShape),
-        };
-        total = mul(total, size as u64)?;
-    }
-    Ok(total)
 }
 
 #[cfg(test)]
