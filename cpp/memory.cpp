@@ -36,9 +36,9 @@ class PeakMemoryReporter final : public ProfilerStateBase {
                                          /*profile_memory=*/true)),
         tracker_(ffi::new_memory_tracker()) {}
 
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, size_t /*total_allocated*/,
+  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t /*total_allocated*/,
                          size_t /*total_reserved*/, c10::Device device) override {
-    if (device.is_cpu()) tracker_->record(alloc_size);
+    if (device.is_cpu()) tracker_->record(reinterpret_cast<std::size_t>(ptr), alloc_size);
   }
 
   ActiveProfilerType profilerType() override {

@@ -9,10 +9,14 @@
 #include <array>
 #include <cstring>
 #include <atomic>
+#include <exception>
 #include <utility>
 #include <vector>
 
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseTensorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
@@ -38,6 +42,7 @@ constexpr int64_t kIntList = static_cast<int64_t>(ArgTag::IntList);
 constexpr int64_t kBoolList = static_cast<int64_t>(ArgTag::BoolList);
 constexpr int64_t kTensorList = static_cast<int64_t>(ArgTag::TensorList);
 constexpr int64_t kOther = static_cast<int64_t>(ArgTag::Other);
+constexpr int64_t kSparse = static_cast<int64_t>(ArgTag::Sparse);
 
 using Buffer = std::vector<int64_t>;
 
@@ -54,8 +59,36 @@ bool push_tensor_record(const at::Tensor& t, Buffer& out) {
   return true;
 }
 
+// The values a sparse tensor stores, read from its impl (calling values() would dispatch an
+// operator from inside the observer). -1 when unknown.
+int64_t stored_values(const at::Tensor& t) {
+  switch (t.layout()) {
+    case c10::kSparse:
+      return static_cast<at::SparseTensorImpl*>(t.unsafeGetTensorImpl())->values().numel();
+    case c10::kSparseCsr:
+    case c10::kSparseCsc:
+    case c10::kSparseBsr:
+    case c10::kSparseBsc:
+      return static_cast<at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl())->values().numel();
+    default:
+      return -1;
+  }
+}
+
+bool is_sparse_layout(c10::Layout layout) {
+  return layout == c10::kSparse || layout == c10::kSparseCsr || layout == c10::kSparseCsc ||
+         layout == c10::kSparseBsr || layout == c10::kSparseBsc;
+}
+
 void encode(const c10::IValue& v, Buffer& out) {
-  if (v.isTensor()) {
+  if (v.isTensor() && v.toTensor().defined() && is_sparse_layout(v.toTensor().layout())) {
+    // Never a TENSOR record: no dense formula may price it by its dense shape.
+    const at::Tensor& t = v.toTensor();
+    out.push_back(kSparse);
+    out.push_back(static_cast<int64_t>(t.layout()));
+    out.push_back(stored_values(t));
+    push_tensor_record(t, out);
+  } else if (v.isTensor()) {
     out.push_back(kTensor);
     if (!push_tensor_record(v.toTensor(), out)) {
       out.pop_back();
@@ -100,8 +133,8 @@ void encode(const c10::IValue& v, Buffer& out) {
     out.push_back(kTensorList);
     out.push_back(static_cast<int64_t>(list.size()));
     for (const at::Tensor& t : list) {
-      if (!push_tensor_record(t, out)) {
-        // A list with undefined or nested tensors has no shape list to offer.
+      if ((t.defined() && is_sparse_layout(t.layout())) || !push_tensor_record(t, out)) {
+        // A list with undefined, nested or sparse tensors has no shape list to offer.
         out.resize(start);
         out.push_back(kOther);
         return;
@@ -190,15 +223,31 @@ constexpr std::size_t kSlots = 64;
 // Generation of the session in each slot; 0 while the slot observes nothing.
 std::array<std::atomic<uint64_t>, kSlots> g_generation{};
 
-// Per thread and slot: nesting depth, and where the current skipped / backward region began.
+// Bits of the core's Decision (src/session.rs).
+constexpr uint8_t kSkip = 1;
+constexpr uint8_t kKernel = 4;
+
+// A call whose nested calls are skipped (claimed, ignored, uncounted, or fake), until it ends.
+struct Claim {
+  int64_t depth = 0;
+  int exceptions = 0;  // std::uncaught_exceptions() when it started
+  bool notify = false;  // the core waits for its end (the call is pending there)
+  bool kernel = false;  // an ATen kernel: calls from its autograd layer are operators of their own
+};
+
+// Claims open at once on one thread: one, plus one per autograd-layer call nested in a claimed
+// kernel (a tangent inside a tangent...). Deeper nesting is skipped like a decomposition.
+constexpr int kMaxClaims = 8;
+
+// Per thread and slot: nesting depth, the open claims, where the current backward region began.
 struct ThreadSlot {
   uint64_t generation = 0;
   int64_t depth = 0;
-  int64_t skip_from = 0;
   int64_t backward_from = 0;
   int64_t backward_sequence = -1;  // the enclosing autograd node's sequence number
   int64_t last_node_sequence = -1;  // the last autograd node entered on this thread
-  bool capture = false;
+  int claims = 0;
+  std::array<Claim, kMaxClaims> claim{};
 };
 thread_local std::array<ThreadSlot, kSlots> t_slots;
 
@@ -210,12 +259,64 @@ inline ThreadSlot* active(std::size_t slot, uint64_t& generation) {
   return &st;
 }
 
+// Keys that put a wrapper in front of every kernel: Python dispatch modes and tensor subclasses,
+// torch.func's transforms (vmap's batched tensors, grad's and jvp's levels), functionalization.
+// (Batched is the older vmap of autograd.grad's is_grads_batched.) Not wrappers: the modes that
+// only handle randomness under vmap (VmapMode, FuncTorchVmapMode), which stay set around the
+// batched kernels, and FuncTorchGradWrapper, which marks a level's wrapper tensor (it reaches
+// its kernel through the dynamic-layer keys) and stays on the tensors the innermost call uses.
+// A call that dispatches to one of them is answered by the wrapper, which calls the kernels
+// (with their real shapes) itself, or answers from a cache without any.
+const c10::DispatchKeySet& wrapper_keys() {
+  using K = c10::DispatchKey;
+  static const c10::DispatchKeySet keys({K::Python, K::PythonTLSSnapshot, K::PythonDispatcher, K::PreDispatch,
+                                         K::FuncTorchDynamicLayerFrontMode, K::FuncTorchDynamicLayerBackMode,
+                                         K::FuncTorchBatched, K::BatchedNestedTensor, K::Batched, K::Functionalize});
+  return keys;
+}
+
+enum class CallKind { Kernel, Interposed, Fake };
+
+// How the dispatcher will treat this call: the keys of its tensors with the thread's included
+// keys, less the excluded ones (what Dispatcher::call computes).
+CallKind call_kind(const at::RecordFunction& fn) {
+  const auto tls = c10::impl::tls_local_dispatch_key_set();
+  // FakeTensor runs its meta kernels with Meta forced on (in_kernel_invocation_manager): shape
+  // propagation (torch.compile's tracing), no work. Real meta tensors carry Meta themselves.
+  if (tls.included_.has(c10::DispatchKey::Meta)) return CallKind::Fake;
+  c10::DispatchKeySet keys = tls.included_;
+  for (const auto& v : fn.inputs()) {
+    if (v.isTensor()) {
+      keys = keys | v.toTensor().key_set();
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) keys = keys | t.key_set();
+    }
+  }
+  keys = keys - tls.excluded_;
+  return keys.has_any(wrapper_keys()) ? CallKind::Interposed : CallKind::Kernel;
+}
+
+// Inside a claimed ATen kernel, calls made below its autograd layer run with the autograd keys
+// excluded (AutoDispatchBelowADInplaceOrView): the kernel's own decomposition. Calls made with
+// autograd live come from its autograd layer: forward-mode tangents, saved-tensor hooks.
+inline bool below_autograd() {
+  return c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutogradFunctionality);
+}
+
+inline void push_claim(ThreadSlot* st, bool notify, bool kernel) {
+  st->claim[st->claims++] = Claim{st->depth, std::uncaught_exceptions(), notify, kernel};
+}
+
 void on_start(std::size_t slot, const at::RecordFunction& fn) {
   uint64_t generation;
   ThreadSlot* st = active(slot, generation);
   if (!st) return;
   ++st->depth;
-  if (st->skip_from != 0) return;  // inside a claimed, ignored or uncounted operator
+  if (st->claims > 0) {
+    const Claim& inner = st->claim[st->claims - 1];
+    if (!inner.kernel || st->claims == kMaxClaims || below_autograd()) return;
+    // Called by the claimed kernel's autograd layer: an operator of its own, counted below.
+  }
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     // An autograd node, not an operator: what runs inside it is backward work.
     if (st->backward_from == 0) {
@@ -223,6 +324,11 @@ void on_start(std::size_t slot, const at::RecordFunction& fn) {
       st->backward_sequence = fn.seqNr();
       st->last_node_sequence = fn.seqNr();
     }
+    return;
+  }
+  CallKind kind = call_kind(fn);
+  if (kind == CallKind::Fake) {
+    push_claim(st, /*notify=*/false, /*kernel=*/false);
     return;
   }
   ffi::OpEvent event{&fn};
@@ -235,24 +341,24 @@ void on_start(std::size_t slot, const at::RecordFunction& fn) {
   bool in_node = st->backward_from != 0;
   bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
   int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
-  uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence, event);
-  if (decision != 0) {
-    st->skip_from = st->depth;
-    st->capture = decision == 2;
-  }
+  uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence,
+                                      kind == CallKind::Interposed, event);
+  if (decision & kSkip) push_claim(st, /*notify=*/true, (decision & kKernel) != 0);
 }
 
 void on_end(std::size_t slot, const at::RecordFunction& fn) {
   uint64_t generation;
   ThreadSlot* st = active(slot, generation);
   if (!st || st->depth == 0) return;
-  if (st->depth == st->skip_from) {
-    if (st->capture) {
+  if (st->claims > 0 && st->claim[st->claims - 1].depth == st->depth) {
+    const Claim claim = st->claim[--st->claims];
+    if (claim.notify) {
+      // Ended by an exception (the destructor of RecordFunction runs while it unwinds): the
+      // operator did not deliver its result, and is not counted.
+      bool completed = std::uncaught_exceptions() <= claim.exceptions;
       ffi::OpEvent event{&fn};
-      ffi::on_custom_end(slot, generation, reinterpret_cast<std::size_t>(st), event);
+      ffi::on_op_end(slot, generation, reinterpret_cast<std::size_t>(st), completed, event);
     }
-    st->skip_from = 0;
-    st->capture = false;
   }
   if (st->depth == st->backward_from) st->backward_from = 0;
   --st->depth;

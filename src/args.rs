@@ -7,6 +7,8 @@
 //! - `TENSOR`: tag, dtype (`c10::ScalarType` as int), ndim, dims...
 //! - `INT` / `BOOL`: tag, value; `DOUBLE`: tag, the `f64` bits
 //! - `INT_LIST` / `BOOL_LIST`: tag, n, values...; `TENSOR_LIST`: tag, n, then n x (dtype, ndim, dims...)
+//! - `SPARSE`: tag, layout (`c10::Layout` as int), stored values, dtype, ndim, dims... A sparse
+//!   tensor is never a `TENSOR`, so that no dense formula can price it by its dense shape.
 //!
 //! Values never leave the session: reports only ever carry FLOP counts and shapes' products.
 
@@ -19,6 +21,25 @@ pub const TAG_INT_LIST: i64 = 5;
 pub const TAG_BOOL_LIST: i64 = 6;
 pub const TAG_TENSOR_LIST: i64 = 7;
 pub const TAG_OTHER: i64 = 8;
+pub const TAG_SPARSE: i64 = 9;
+
+/// `c10::ScalarType` codes of the complex dtypes (ComplexHalf, ComplexFloat, ComplexDouble).
+const COMPLEX_DTYPES: [i64; 3] = [8, 9, 10];
+
+/// The name PyTorch gives a `c10::Layout` code (`torch.sparse_csr`, ...).
+pub fn layout_name(layout: i64) -> &'static str {
+    match layout {
+        0 => "strided",
+        1 => "sparse_coo",
+        2 => "sparse_csr",
+        3 => "mkldnn",
+        4 => "sparse_csc",
+        5 => "sparse_bsr",
+        6 => "sparse_bsc",
+        7 => "jagged",
+        _ => "unknown",
+    }
+}
 
 /// A tensor's metadata: its dtype code and its sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +53,19 @@ impl TensorMeta<'_> {
     pub fn numel(&self) -> Option<u64> {
         self.dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
     }
+
+    pub fn is_complex(&self) -> bool {
+        COMPLEX_DTYPES.contains(&self.dtype)
+    }
+}
+
+/// A sparse tensor's metadata: its layout, the number of values it stores (with the zeros
+/// inside stored blocks of BSR/BSC, and the dense part of hybrid tensors), dtype and sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparseMeta<'a> {
+    pub layout: i64,
+    pub stored: i64,
+    pub tensor: TensorMeta<'a>,
 }
 
 /// One decoded argument, borrowing from the stream.
@@ -47,6 +81,7 @@ pub enum Arg<'a> {
     BoolList(&'a [i64]),
     /// `n` tensors, encoded back to back as `(dtype, ndim, dims...)`.
     TensorList(usize, &'a [i64]),
+    Sparse(SparseMeta<'a>),
 }
 
 /// Finds where each argument starts. `offsets` is cleared and refilled (its capacity is kept).
@@ -71,6 +106,7 @@ fn arg_len(stream: &[i64], pos: usize) -> Option<usize> {
         TAG_NONE | TAG_OTHER => 1,
         TAG_INT | TAG_DOUBLE | TAG_BOOL => 2,
         TAG_TENSOR => 1 + tensor_len(stream, pos + 1)?,
+        TAG_SPARSE => 3 + tensor_len(stream, pos + 3)?,
         TAG_INT_LIST | TAG_BOOL_LIST => 2 + usize::try_from(*stream.get(pos + 1)?).ok()?,
         TAG_TENSOR_LIST => {
             let n = usize::try_from(*stream.get(pos + 1)?).ok()?;
@@ -124,6 +160,9 @@ impl<'a> Args<'a> {
         Some(match s[pos] {
             TAG_NONE => Arg::None,
             TAG_TENSOR => Arg::Tensor(tensor_at(s, pos + 1)?),
+            TAG_SPARSE => {
+                Arg::Sparse(SparseMeta { layout: s[pos + 1], stored: s[pos + 2], tensor: tensor_at(s, pos + 3)? })
+            }
             TAG_INT => Arg::Int(s[pos + 1]),
             TAG_DOUBLE => Arg::Double(f64::from_bits(s[pos + 1] as u64)),
             TAG_BOOL => Arg::Bool(s[pos + 1] != 0),
@@ -190,6 +229,25 @@ impl<'a> Args<'a> {
         })
     }
 
+    pub fn sparse(&self, index: usize) -> Option<SparseMeta<'a>> {
+        match self.get(index)? {
+            Arg::Sparse(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The layout of the first sparse tensor among the arguments, if any.
+    pub fn sparse_layout(&self) -> Option<i64> {
+        let s = self.stream;
+        self.offsets.iter().find(|&&pos| s[pos] == TAG_SPARSE).map(|&pos| s[pos + 1])
+    }
+
+    /// Whether any tensor argument (dense, sparse, or in a list) has a complex dtype.
+    pub fn has_complex(&self) -> bool {
+        self.tensors().any(|t| t.is_complex())
+            || (0..self.len()).any(|i| self.sparse(i).is_some_and(|t| t.tensor.is_complex()))
+    }
+
     /// Every tensor among the arguments, those inside tensor lists included, in order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorMeta<'a>> + 'a {
         let stream = self.stream;
@@ -241,6 +299,18 @@ pub mod build {
 
     pub fn tensor(out: &mut Vec<i64>, dims: &[i64]) {
         out.extend([TAG_TENSOR, 6, dims.len() as i64]);
+        out.extend_from_slice(dims);
+    }
+
+    /// A complex64 (`ComplexFloat`) tensor.
+    pub fn complex_tensor(out: &mut Vec<i64>, dims: &[i64]) {
+        out.extend([TAG_TENSOR, 9, dims.len() as i64]);
+        out.extend_from_slice(dims);
+    }
+
+    /// A float32 sparse tensor of `layout` storing `stored` values.
+    pub fn sparse(out: &mut Vec<i64>, layout: i64, stored: i64, dims: &[i64]) {
+        out.extend([TAG_SPARSE, layout, stored, 6, dims.len() as i64]);
         out.extend_from_slice(dims);
     }
     pub fn int(out: &mut Vec<i64>, v: i64) {

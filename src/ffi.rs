@@ -26,6 +26,7 @@ mod bridge {
         BoolList = 6,
         TensorList = 7,
         Other = 8,
+        Sparse = 9,
     }
 
     struct EventDescription {
@@ -57,9 +58,11 @@ mod bridge {
             token: usize,
             backward: bool,
             sequence: i64,
+            interposed: bool,
             event: &OpEvent,
         ) -> u8;
-        fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent);
+        /// The end of a call `on_op_start` claimed; `completed`: it returned, it did not raise.
+        fn on_op_end(slot: usize, generation: u64, token: usize, completed: bool, event: &OpEvent);
 
         /// Module formulas for a JSON list of module-call descriptors (see `modules/`).
         fn module_metrics(calls: &str) -> Result<String>;
@@ -85,8 +88,9 @@ mod bridge {
 
         type MemoryTracker;
         fn new_memory_tracker() -> Box<MemoryTracker>;
-        /// One CPU allocator event: +bytes allocated, -bytes freed. Never panics.
-        fn record(self: &MemoryTracker, bytes: i64);
+        /// One CPU allocator event for the block at `address`: +bytes allocated, -bytes freed.
+        /// Never panics.
+        fn record(self: &MemoryTracker, address: usize, bytes: i64);
         fn memory_report_json(tracker: &MemoryTracker) -> String;
     }
 
@@ -120,6 +124,7 @@ const _: () = {
     assert!(ArgTag::BoolList.repr == args::TAG_BOOL_LIST);
     assert!(ArgTag::TensorList.repr == args::TAG_TENSOR_LIST);
     assert!(ArgTag::Other.repr == args::TAG_OTHER);
+    assert!(ArgTag::Sparse.repr == args::TAG_SPARSE);
 };
 
 /// Runs `f`; a panic becomes a runtime error instead of an abort.
@@ -191,10 +196,11 @@ fn on_op_start(
     token: usize,
     backward: bool,
     sequence: i64,
+    interposed: bool,
     event: &OpEvent,
 ) -> u8 {
     let phase = if backward { Phase::Backward } else { Phase::Forward };
-    let call = OpCall { key, token, phase, sequence };
+    let call = OpCall { key, token, phase, sequence, interposed };
     // A panic (a bug) is recorded against the session, and the event's children are skipped;
     // the outer catch is the last line of defence: nothing may unwind into C++.
     catch_unwind(AssertUnwindSafe(|| {
@@ -203,8 +209,8 @@ fn on_op_start(
     .unwrap_or(Decision::Skip) as u8
 }
 
-fn on_custom_end(slot: usize, generation: u64, token: usize, event: &OpEvent) {
-    let _ = catch_unwind(AssertUnwindSafe(|| registry::on_custom_end(slot, generation, token, &Event(event))));
+fn on_op_end(slot: usize, generation: u64, token: usize, completed: bool, event: &OpEvent) {
+    let _ = catch_unwind(AssertUnwindSafe(|| registry::on_op_end(slot, generation, token, completed, &Event(event))));
 }
 
 fn new_memory_tracker() -> Box<MemoryTracker> {

@@ -16,6 +16,7 @@ pub mod error;
 pub mod formulas;
 pub mod memory;
 pub mod modules;
+pub mod pending;
 pub mod registry;
 pub mod report;
 pub mod scopes;

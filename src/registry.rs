@@ -186,13 +186,13 @@ pub fn guarded_event(slot: usize, generation: u64, handle_event: impl FnOnce() -
     }
 }
 
-/// The end of a custom-formula call.
-pub fn on_custom_end(slot: usize, generation: u64, token: usize, event: &dyn OpEvent) {
+/// The end of a claimed call: counted if `completed` (it returned instead of raising).
+pub fn on_op_end(slot: usize, generation: u64, token: usize, completed: bool, event: &dyn OpEvent) {
     let Some(cell) = SLOTS.get(slot) else { return };
     let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
     if guard.generation == generation {
         if let Some(State::Open(session)) = &mut guard.state {
-            session.on_custom_end(token, event);
+            session.on_op_end(token, completed, event);
         }
     }
 }

@@ -6,6 +6,14 @@
 //! - one without a kernel of its own (a composite) is **transparent**: its children count;
 //! - any other operator is **uncounted**: the totals become partial and a diagnostic names it.
 //!   It is never assumed free because of what its children did, so its children are skipped too.
+//! - a claim is **pending** until the operator returns: an operator that raises (or that
+//!   autograd's checkpoint stops early) is not counted (`pending.rs`);
+//! - a call that a wrapper answers first (a Python dispatch mode or tensor subclass, a
+//!   torch.func transform) is not a kernel: it is transparent, and the calls the wrapper makes
+//!   (the batched kernel with its real shapes, or nothing for a cache hit) count;
+//! - inside an ATen kernel the shim hides nested calls made by the kernel itself
+//!   (decompositions), but not those made by its autograd layer (forward-mode tangents,
+//!   saved-tensor hooks): those are operators of their own (`Decision::SkipKernel`).
 //!
 //! The per-event path (`on_op_start`) allocates nothing once every operator was seen once: the
 //! operator cache is keyed by the address of the operator's name (stable for a registered
@@ -15,6 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::args::{index_stream, Args};
 use crate::formulas::{self, Category, FormulaError, Rule};
+use crate::pending::{Outcome, Pending};
 use crate::report::{
     packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, Severity, Status, METHOD_NATIVE,
     SCHEMA_VERSION, TORCHSCAN_VERSION,
@@ -43,7 +52,10 @@ pub trait OpEvent {
     fn read_outputs(&self, out: &mut Vec<i64>);
 }
 
-/// What the shim does with the rest of the event: count its children or skip them.
+/// What the shim does with the rest of the event: count its children or skip them. A skipped
+/// (claimed) event is pending: the shim reports its end (`Session::on_op_end`), and only an end
+/// without an exception counts it. The bits are the shim's (`cpp/observer.cpp`): 1 skip,
+/// 2 capture outputs, 4 open to calls from the kernel's autograd layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Decision {
@@ -52,7 +64,24 @@ pub enum Decision {
     /// Claimed, ignored or uncounted: nested events are skipped.
     Skip = 1,
     /// Claimed by a custom formula: skip nested events, and report the outputs at the end.
-    SkipCapture = 2,
+    SkipCapture = 3,
+    /// As `Skip`, for an ATen operator with a kernel of its own: nested calls made below its
+    /// autograd layer (its kernel's decompositions) are skipped, calls made by its autograd layer
+    /// (forward-mode tangents, saved-tensor hooks) are operators of their own.
+    SkipKernel = 5,
+    /// `SkipCapture` and `SkipKernel`.
+    SkipCaptureKernel = 7,
+}
+
+impl Decision {
+    fn claim(capture: bool, kernel: bool) -> Decision {
+        match (capture, kernel) {
+            (false, false) => Decision::Skip,
+            (true, false) => Decision::SkipCapture,
+            (false, true) => Decision::SkipKernel,
+            (true, true) => Decision::SkipCaptureKernel,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +102,9 @@ pub struct OpCall {
     /// carry (negative when none); in backward, the enclosing node's. It attributes backward
     /// work to the module whose forward created the node.
     pub sequence: i64,
+    /// The call reaches a wrapper before any kernel (a Python dispatch mode or tensor subclass,
+    /// a torch.func transform): it is not a kernel call, the calls the wrapper makes are.
+    pub interposed: bool,
 }
 
 /// `metric` of operator diagnostics, as torchscan 0.2 names it.
@@ -139,21 +171,14 @@ enum Class {
 struct OpStats {
     name: String,
     class: Class,
+    /// An ATen kernel: calls made by its autograd layer are operators of their own.
+    kernel: bool,
     positional_args: usize,
     calls: u64,
     flops: u64,
     overflowed: bool,
     formula_errors: u64,
     first_error: Option<FormulaError>,
-}
-
-/// A custom-formula call waiting for its outputs (between start and end events).
-struct OpenCustomCall {
-    token: usize,
-    op: usize,
-    scope: u32,
-    phase: Phase,
-    inputs: Vec<i64>,
 }
 
 /// One distinct (operator, inputs, outputs) a custom formula must price.
@@ -207,11 +232,13 @@ pub struct Session {
     backward_seen: bool,
     /// Operator events the core failed to handle (a panic, caught): the total is a lower bound.
     internal_errors: u64,
+
     categories: [u64; Category::ALL.len()],
     scopes: ScopeTree,
     stream: Vec<i64>,
     offsets: Vec<usize>,
-    open_custom: Vec<OpenCustomCall>,
+    /// Claimed calls that have started and not yet returned.
+    pending: Vec<Pending>,
     signatures: BTreeMap<Signature, usize>,
     /// (signature, scope, phase) -> calls.
     custom_calls: BTreeMap<(usize, u32, u8), u64>,
@@ -232,7 +259,7 @@ impl Session {
             scopes: ScopeTree::new(),
             stream: Vec::with_capacity(64),
             offsets: Vec::with_capacity(16),
-            open_custom: Vec::new(),
+            pending: Vec::with_capacity(8),
             signatures: BTreeMap::new(),
             custom_calls: BTreeMap::new(),
         }
@@ -246,9 +273,9 @@ impl Session {
         &mut self.scopes
     }
 
-    /// An operator starts.
+    /// An operator starts. A claimed call is only counted when it returns ([`Self::on_op_end`]).
     pub fn on_op_start(&mut self, call: OpCall, event: &dyn OpEvent) -> Decision {
-        let OpCall { key, token, phase, sequence } = call;
+        let OpCall { key, token, phase, sequence, interposed } = call;
         let op = match self.cache.get(&key) {
             Some(&op) => op,
             None => match event.describe() {
@@ -271,65 +298,74 @@ impl Session {
                 self.scopes.scope_of_sequence(sequence)
             }
         };
-        let stats = &mut self.ops[op];
-        match stats.class {
-            Class::Transparent => Decision::Descend,
-            Class::Internal => Decision::Skip,
-            Class::Ignored(_) => {
-                stats.calls += 1;
-                Decision::Skip
-            }
-            Class::Uncounted => {
-                stats.calls += 1;
-                self.mark_incomplete(scope, phase);
-                Decision::Skip
-            }
+        if interposed {
+            return Decision::Descend;
+        }
+        let stats = &self.ops[op];
+        let kernel = stats.kernel;
+        let outcome = match stats.class {
+            Class::Transparent => return Decision::Descend,
+            Class::Internal => return Decision::Skip,
+            Class::Ignored(_) => Outcome::Calls,
+            Class::Uncounted => Outcome::Uncounted,
             Class::Formula(index) => {
-                stats.calls += 1;
                 self.stream.clear();
                 event.read_inputs(&mut self.stream);
                 let result = if index_stream(&self.stream, &mut self.offsets) {
-                    (formulas::FORMULAS[index].flops)(&Args::new(&self.stream, &self.offsets))
+                    formulas::FORMULAS[index].price(&Args::new(&self.stream, &self.offsets))
                 } else {
                     Err(FormulaError::UnexpectedShape)
                 };
                 let category = formulas::FORMULAS[index].category;
                 match result {
-                    Ok(flops) => self.count(op, category, scope, phase, flops),
-                    Err(FormulaError::Overflow) => self.overflow(op, category, scope, phase),
-                    Err(FormulaError::Descend) => {
-                        self.ops[op].calls -= 1;
-                        return Decision::Descend;
-                    }
-                    Err(error) => {
-                        let stats = &mut self.ops[op];
-                        stats.formula_errors += 1;
-                        stats.first_error.get_or_insert(error);
-                        self.mark_incomplete(scope, phase);
-                    }
+                    Ok(flops) => Outcome::Counted(category, flops),
+                    Err(FormulaError::Overflow) => Outcome::Overflow(category),
+                    Err(FormulaError::Descend) => return Decision::Descend,
+                    Err(error) => Outcome::Failed(error),
                 }
-                Decision::Skip
             }
             Class::Custom => {
-                stats.calls += 1;
                 let mut inputs = Vec::new();
                 event.read_inputs(&mut inputs);
-                self.open_custom.push(OpenCustomCall { token, op, scope, phase, inputs });
-                Decision::SkipCapture
+                self.pending.push(Pending { token, op, scope, phase, outcome: Outcome::Custom(inputs) });
+                return Decision::claim(true, kernel);
             }
-        }
+        };
+        self.pending.push(Pending { token, op, scope, phase, outcome });
+        Decision::claim(false, kernel)
     }
 
-    /// The end of an event that returned [`Decision::SkipCapture`].
-    pub fn on_custom_end(&mut self, token: usize, event: &dyn OpEvent) {
-        let Some(at) = self.open_custom.iter().rposition(|c| c.token == token) else { return };
-        let call = self.open_custom.swap_remove(at);
-        let mut outputs = Vec::new();
-        event.read_outputs(&mut outputs);
-        let next = self.signatures.len();
-        let signature = Signature { op: call.op, inputs: call.inputs, outputs };
-        let id = *self.signatures.entry(signature).or_insert(next);
-        *self.custom_calls.entry((id, call.scope, call.phase as u8)).or_insert(0) += 1;
+    /// A claimed call (one that got a skipping [`Decision`]) returns on the thread `token`
+    /// names: `completed` when it returned normally, not when it raised. Only a completed call
+    /// is counted: its kernel's result was delivered.
+    pub fn on_op_end(&mut self, token: usize, completed: bool, event: &dyn OpEvent) {
+        // Ends arrive innermost first on each thread: the last pending call of this thread.
+        let Some(at) = self.pending.iter().rposition(|p| p.token == token) else { return };
+        let Pending { op, scope, phase, outcome, .. } = self.pending.remove(at);
+        if !completed {
+            return;
+        }
+        self.ops[op].calls += 1;
+        match outcome {
+            Outcome::Calls => {}
+            Outcome::Uncounted => self.mark_incomplete(scope, phase),
+            Outcome::Counted(category, flops) => self.count(op, category, scope, phase, flops),
+            Outcome::Overflow(category) => self.overflow(op, category, scope, phase),
+            Outcome::Failed(error) => {
+                let stats = &mut self.ops[op];
+                stats.formula_errors += 1;
+                stats.first_error.get_or_insert(error);
+                self.mark_incomplete(scope, phase);
+            }
+            Outcome::Custom(inputs) => {
+                let mut outputs = Vec::new();
+                event.read_outputs(&mut outputs);
+                let next = self.signatures.len();
+                let signature = Signature { op, inputs, outputs };
+                let id = *self.signatures.entry(signature).or_insert(next);
+                *self.custom_calls.entry((id, scope, phase as u8)).or_insert(0) += 1;
+            }
+        }
     }
 
     fn intern(&mut self, description: OpDescription) -> usize {
@@ -345,9 +381,11 @@ impl Session {
     fn add_op(&mut self, description: OpDescription, class: Class) -> usize {
         let op = self.ops.len();
         let existing = self.op_by_name.get(&description.name).copied();
+        let aten = description.name.starts_with("aten::") || description.name.starts_with("prims::");
         self.ops.push(OpStats {
             name: description.name.clone(),
             class,
+            kernel: aten && description.has_own_kernel,
             positional_args: description.positional_args,
             calls: 0,
             flops: 0,
@@ -628,6 +666,7 @@ fn decoded(stream: &[i64]) -> serde_json::Value {
     let shape = |dims: &[i64]| json!({ "shape": dims });
     let values = (0..args.len()).map(|i| match args.get(i) {
         Some(Arg::Tensor(t)) => shape(t.dims),
+        Some(Arg::Sparse(t)) => shape(t.tensor.dims),
         Some(Arg::Int(v)) => json!(v),
         Some(Arg::Double(v)) => json!(v),
         Some(Arg::Bool(v)) => json!(v),
@@ -735,10 +774,10 @@ mod tests {
                 Some(n) => n.as_ptr() as usize,
                 None => call as *const Call as usize,
             };
-            match session.on_op_start(OpCall { key, token: 1, phase, sequence: -1 }, call) {
+            let start = OpCall { key, token: 1, phase, sequence: -1, interposed: false };
+            match session.on_op_start(start, call) {
                 Decision::Descend => run(session, &call.children, phase),
-                Decision::Skip => {}
-                Decision::SkipCapture => session.on_custom_end(1, call),
+                _ => session.on_op_end(1, true, call),
             }
         }
     }
@@ -941,11 +980,18 @@ mod tests {
         let composite = "mylib::thing";
         let with_kernel = String::from("mylib::thing"); // another overload: another address
         let a = op(composite, false, |_| {}, vec![op("aten::mm", true, mm_args, vec![])]);
-        let at = |key: &str| OpCall { key: key.as_ptr() as usize, token: 1, phase: Phase::Forward, sequence: -1 };
+        let at = |key: &str| OpCall {
+            key: key.as_ptr() as usize,
+            token: 1,
+            phase: Phase::Forward,
+            sequence: -1,
+            interposed: false,
+        };
         s.on_op_start(at(composite), &a);
         let b =
             Call { name: Some("mylib::thing"), own_kernel: true, inputs: vec![], outputs: vec![], children: vec![] };
         assert_eq!(s.on_op_start(at(&with_kernel), &b), Decision::Skip);
+        s.on_op_end(1, true, &b);
         let r = report(s);
         assert_eq!(r.total.status, Status::Partial);
     }
@@ -957,14 +1003,19 @@ mod tests {
         let key = "aten::mm".as_ptr() as usize;
         s.scopes_mut().push("Net");
         s.scopes_mut().push("Net.fc");
-        s.on_op_start(OpCall { key, token: 1, phase: Phase::Forward, sequence: 7 }, &mm);
+        let call = |s: &mut Session, phase, sequence| {
+            let start = OpCall { key, token: 1, phase, sequence, interposed: false };
+            assert_eq!(s.on_op_start(start, &mm), Decision::SkipKernel);
+            s.on_op_end(1, true, &mm);
+        };
+        call(&mut s, Phase::Forward, 7);
         s.scopes_mut().pop();
-        s.on_op_start(OpCall { key, token: 1, phase: Phase::Forward, sequence: 9 }, &mm);
+        call(&mut s, Phase::Forward, 9);
         s.scopes_mut().pop();
         // Backward runs outside every module call: nodes 7 and 9 find their modules again.
-        s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 9 }, &mm);
-        s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 7 }, &mm);
-        s.on_op_start(OpCall { key, token: 1, phase: Phase::Backward, sequence: 8 }, &mm);
+        call(&mut s, Phase::Backward, 9);
+        call(&mut s, Phase::Backward, 7);
+        call(&mut s, Phase::Backward, 8);
         let r = report(s);
         assert_eq!(r.by_module["Net.fc"], 240);
         assert_eq!(r.by_module["Net"], 480);
@@ -985,5 +1036,101 @@ mod tests {
         };
         assert_eq!(build(), build());
         assert!(build().contains(r#""by_module":{"Net":120},"by_module_status":{"Net":"complete"}"#));
+    }
+
+    #[test]
+    fn a_call_that_raises_is_not_counted() {
+        let mut s = Session::new(Config::default());
+        let mm = op("aten::mm", true, mm_args, vec![]);
+        let key = "aten::mm".as_ptr() as usize;
+        let start = |token| OpCall { key, token, phase: Phase::Forward, sequence: -1, interposed: false };
+        // Thread 1 raises, thread 2 completes; their ends interleave.
+        assert_eq!(s.on_op_start(start(1), &mm), Decision::SkipKernel);
+        assert_eq!(s.on_op_start(start(2), &mm), Decision::SkipKernel);
+        s.on_op_end(1, false, &mm);
+        s.on_op_end(2, true, &mm);
+        // An end with no pending call (a claim the core failed to record) changes nothing.
+        s.on_op_end(3, true, &mm);
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(120, "workload"));
+        assert_eq!(r.operator_calls["aten.mm"], 1);
+    }
+
+    #[test]
+    fn a_raising_uncounted_or_failing_call_leaves_the_total_complete() {
+        let mut s = Session::new(Config::default());
+        let fused = op("mylib::fused", true, |_| {}, vec![]);
+        let bad_mm = op("aten::mm", true, |a| tensor(a, &[3]), vec![]);
+        for (name, event) in [("mylib::fused", &fused), ("aten::mm", &bad_mm)] {
+            let start = OpCall {
+                key: name.as_ptr() as usize,
+                token: 1,
+                phase: Phase::Forward,
+                sequence: -1,
+                interposed: false,
+            };
+            assert_ne!(s.on_op_start(start, event), Decision::Descend);
+            s.on_op_end(1, false, event);
+        }
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(0, "workload"));
+        assert!(r.diagnostics.is_empty());
+    }
+
+    #[test]
+    fn an_interposed_call_is_transparent_and_its_inner_kernel_counts() {
+        // vmap(mm) over 10 examples: the call on batched tensors shows one example's shapes; the
+        // batching rule's bmm has the real ones.
+        let mut s = Session::new(Config::default());
+        let mm = op("aten::mm", true, mm_args, vec![]);
+        let bmm = op(
+            "aten::bmm",
+            true,
+            |a| {
+                tensor(a, &[10, 3, 4]);
+                tensor(a, &[10, 4, 5]);
+            },
+            vec![],
+        );
+        let start = |name: &str, interposed| OpCall {
+            key: name.as_ptr() as usize,
+            token: 1,
+            phase: Phase::Forward,
+            sequence: -1,
+            interposed,
+        };
+        assert_eq!(s.on_op_start(start("aten::mm", true), &mm), Decision::Descend);
+        assert_eq!(s.on_op_start(start("aten::bmm", false), &bmm), Decision::SkipKernel);
+        s.on_op_end(1, true, &bmm);
+        // A cache hit: the wrapper answers without a kernel.
+        assert_eq!(s.on_op_start(start("aten::mm", true), &mm), Decision::Descend);
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(1200, "workload"));
+        assert_eq!(r.operator_calls.get("aten.mm"), None);
+        assert_eq!(r.operator_calls["aten.bmm"], 1);
+    }
+
+    #[test]
+    fn only_aten_kernels_open_to_their_autograd_layer() {
+        let cases = [
+            ("aten::mm", true, Decision::SkipKernel),
+            // A composite with a formula: what it calls are its decomposition.
+            ("aten::mm", false, Decision::Skip),
+            ("mylib::fused", true, Decision::Skip),
+            ("aten::view", true, Decision::SkipKernel),
+        ];
+        for (name, own_kernel, expected) in cases {
+            let mut s = Session::new(Config::default());
+            let event = op(name, own_kernel, mm_args, vec![]);
+            let start = OpCall {
+                key: name.as_ptr() as usize,
+                token: 1,
+                phase: Phase::Forward,
+                sequence: -1,
+                interposed: false,
+            };
+            assert_eq!(s.on_op_start(start, &event), expected, "{name}");
+            s.on_op_end(1, true, &event);
+        }
     }
 }

@@ -18,7 +18,13 @@ pub fn markdown() -> String {
          names it. Composite operators (no kernel of their own) are never listed: their nested \
          operators are counted. Sources: PyTorch's `FlopCounterMode` formulas where it has them \
          (matrix products, convolutions, attention), fvcore's for normalization and interpolation, \
-         and conventions stated here for the rest.\n",
+         and conventions stated here for the rest.\n\n\
+         Complex tensors are counted in real arithmetic: a complex multiply-accumulate is 4 real \
+         multiplies and 4 real adds, 8 FLOPs against a real one's 2, so the matmul, conv and attention \
+         formulas count 4x on complex operands; other formulas have no complex form, and such a call is \
+         a `formula_error` (partial), never a real-valued price. Sparse operands (COO, CSR, CSC, BSR, \
+         BSC) are priced by their stored values where a row names a sparse formula; any other formula \
+         on a sparse tensor is a `formula_error` naming the layout, never a dense price.\n",
     );
     for category in Category::ALL {
         let rows: Vec<_> = FORMULAS.iter().filter(|f| f.category == category).collect();

@@ -66,7 +66,7 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::new_empty_strided", "aten::resize_", "aten::resize_as_", "aten::set_", "aten::empty_permuted",
     ],
     Creation: [
-        "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like", "aten::full", "aten::full_like",
+        "aten::zeros", "aten::_efficientzerotensor", "aten::zeros_like", "aten::ones", "aten::ones_like", "aten::full", "aten::full_like",
         "aten::fill_", "aten::zero_", "aten::new_zeros", "aten::new_ones", "aten::new_full",
         "aten::scalar_tensor", "aten::arange", "aten::normal_", "aten::uniform_", "aten::random_",
         "aten::randn", "aten::rand", "aten::bernoulli", "aten::bernoulli_", "aten::randint", "aten::randperm",

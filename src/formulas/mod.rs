@@ -17,6 +17,7 @@ pub mod pointwise;
 pub mod pool;
 pub mod reduction;
 pub mod softmax;
+pub mod sparse;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -86,6 +87,11 @@ pub enum FormulaError {
     /// Not this call's to price: a composite overload (`upsample_bilinear2d.vec` with scale
     /// factors) whose nested operators carry the work. The session descends into it.
     Descend,
+    /// A tensor of this sparse layout (`c10::Layout` code) where the formula has no sparse
+    /// form: its work depends on where the non-zeros are, and is never priced as dense.
+    SparseLayout(i64),
+    /// Complex operands where the formula has no count of real operations.
+    Complex,
 }
 
 impl FormulaError {
@@ -96,6 +102,14 @@ impl FormulaError {
             FormulaError::UnexpectedShape => "the argument shapes do not fit the formula".to_string(),
             FormulaError::Overflow => "the FLOP count exceeds 2^64".to_string(),
             FormulaError::Descend => "a composite call, counted through its nested operators".to_string(),
+            FormulaError::SparseLayout(layout) => format!(
+                "a {} tensor: no formula prices this operator on that layout (its work depends on where the \
+                 non-zeros are), and a dense price would be wrong",
+                crate::args::layout_name(layout)
+            ),
+            FormulaError::Complex => {
+                "complex operands: this formula counts real arithmetic on real tensors only".to_string()
+            }
         }
     }
 }
@@ -117,6 +131,30 @@ pub struct Formula {
     /// The formula's name in this crate (`matmul::mm`), for `docs/formulas.md`.
     pub formula: &'static str,
     pub convention: &'static Convention,
+    /// The formula for calls with a sparse operand (`sparse::mm`); without one, such a call is
+    /// a `SparseLayout` error (partial, with the layout named), never a dense price.
+    pub sparse: Option<FlopFn>,
+}
+
+impl Formula {
+    /// The FLOPs of one call. Complex operands: a complex multiply-accumulate is 4 real
+    /// multiplies and 4 real adds, 8 FLOPs against a real one's 2, so the multiply-accumulate
+    /// families (matmul, conv, attention) count 4x; other families have no complex form.
+    pub fn price(&self, args: &Args) -> Result<u64, FormulaError> {
+        let flops = match args.sparse_layout() {
+            Some(layout) => self.sparse.ok_or(FormulaError::SparseLayout(layout))?(args)?,
+            None => (self.flops)(args)?,
+        };
+        if !args.has_complex() {
+            return Ok(flops);
+        }
+        match self.category {
+            Category::Matmul | Category::Conv | Category::Attention => {
+                flops.checked_mul(4).ok_or(FormulaError::Overflow)
+            }
+            _ => Err(FormulaError::Complex),
+        }
+    }
 }
 
 const FLOP_COUNTER: &str = "PyTorch `torch/utils/flop_counter.py`";
@@ -125,6 +163,11 @@ const TORCHSCAN: &str = "torchscan (stated here)";
 
 const PYTORCH: &Convention =
     &Convention { rule: "2 FLOPs per multiply-accumulate, bias not counted", source: FLOP_COUNTER };
+const SPARSE_MACS: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate, bias not counted; with a sparse operand, 2 per stored value \
+           times the dense operand's other dimension (sparse @ sparse is not priced)",
+    source: TORCHSCAN,
+};
 const GROUPED_WGRAD: &Convention = &Convention {
     rule: "2 FLOPs per multiply-accumulate; a grouped weight gradient is the work done, not PyTorch's x groups",
     source: FLOP_COUNTER,
@@ -156,7 +199,24 @@ const TAPS: &Convention = &Convention { rule: "1 FLOP per interpolation tap per 
 
 macro_rules! row {
     ($op:literal, $cat:ident, $f:expr, $conv:expr) => {
-        Formula { operator: $op, category: Category::$cat, flops: $f, formula: stringify!($f), convention: $conv }
+        Formula {
+            operator: $op,
+            category: Category::$cat,
+            flops: $f,
+            formula: stringify!($f),
+            convention: $conv,
+            sparse: None,
+        }
+    };
+    ($op:literal, $cat:ident, $f:expr, $conv:expr, sparse: $s:expr) => {
+        Formula {
+            operator: $op,
+            category: Category::$cat,
+            flops: $f,
+            formula: concat!(stringify!($f), "`, sparse: `", stringify!($s)),
+            convention: $conv,
+            sparse: Some($s),
+        }
     };
 }
 
@@ -178,13 +238,13 @@ macro_rules! foreach {
 /// Every counted operator. Keep rows grouped by family; `registry_has_no_duplicates` guards keys.
 pub static FORMULAS: &[Formula] = &[
     // Matrix products. matmul/linear/einsum are composites that reach these.
-    row!("aten::mm", Matmul, matmul::mm, PYTORCH),
-    row!("aten::addmm", Matmul, matmul::addmm, PYTORCH),
-    row!("aten::bmm", Matmul, matmul::bmm, PYTORCH),
+    row!("aten::mm", Matmul, matmul::mm, SPARSE_MACS, sparse: sparse::mm),
+    row!("aten::addmm", Matmul, matmul::addmm, SPARSE_MACS, sparse: sparse::addmm),
+    row!("aten::bmm", Matmul, matmul::bmm, SPARSE_MACS, sparse: sparse::bmm),
     row!("aten::baddbmm", Matmul, matmul::baddbmm, PYTORCH),
     row!("aten::addbmm", Matmul, matmul::addbmm, PYTORCH),
-    row!("aten::mv", Matmul, matmul::mv, PYTORCH),
-    row!("aten::addmv", Matmul, matmul::addmv, PYTORCH),
+    row!("aten::mv", Matmul, matmul::mv, SPARSE_MACS, sparse: sparse::mv),
+    row!("aten::addmv", Matmul, matmul::addmv, SPARSE_MACS, sparse: sparse::addmv),
     row!("aten::dot", Matmul, matmul::dot, PYTORCH),
     row!("aten::vdot", Matmul, matmul::dot, PYTORCH),
     // Convolutions: the outermost claims the call, so backend variants below never double count.

@@ -1,0 +1,158 @@
+//! Matrix products with a sparse operand (COO, CSR, CSC, BSR, BSC): the kernel multiplies each
+//! stored value of the sparse operand with a row (or column) of the dense one, so the work is
+//! 2 FLOPs per stored value per element of the dense operand's other dimension. Stored values
+//! include the explicit zeros of stored blocks (BSR/BSC), which the kernel multiplies too.
+//! A product of two sparse operands depends on how their non-zeros meet: not priced.
+
+use super::{matmul, FormulaError};
+use crate::args::{Arg, Args, SparseMeta, TensorMeta};
+
+/// `mm(a, b)` with a sparse `a` or `b`.
+pub fn mm(args: &Args) -> Result<u64, FormulaError> {
+    product(args, 0, 1, matmul::mm)
+}
+
+/// `addmm(bias, a, b)` with a sparse operand; the bias is not counted (sparse or not).
+pub fn addmm(args: &Args) -> Result<u64, FormulaError> {
+    product(args, 1, 2, matmul::addmm)
+}
+
+/// `bmm(a[b,m,k], b[b,k,n])` with a sparse (COO) operand: the stored values cover every batch.
+pub fn bmm(args: &Args) -> Result<u64, FormulaError> {
+    product(args, 0, 1, matmul::bmm)
+}
+
+/// `mv(a[m,k], v[k])` with a sparse `a`: 2 per stored value.
+pub fn mv(args: &Args) -> Result<u64, FormulaError> {
+    vector_product(args, 0, 1, matmul::mv)
+}
+
+/// `addmv(bias, a[m,k], v[k])` with a sparse `a`: 2 per stored value, the bias not counted.
+pub fn addmv(args: &Args) -> Result<u64, FormulaError> {
+    vector_product(args, 1, 2, matmul::addmv)
+}
+
+fn stored(s: &SparseMeta) -> Result<u64, FormulaError> {
+    u64::try_from(s.stored).map_err(|_| FormulaError::UnexpectedShape)
+}
+
+fn last_dim(t: &TensorMeta, from_end: usize) -> Result<u64, FormulaError> {
+    let d = t.dims.len().checked_sub(from_end).and_then(|i| t.dims.get(i)).ok_or(FormulaError::UnexpectedShape)?;
+    u64::try_from(*d).map_err(|_| FormulaError::UnexpectedShape)
+}
+
+fn times_two(a: u64, b: u64) -> Result<u64, FormulaError> {
+    a.checked_mul(b).and_then(|v| v.checked_mul(2)).ok_or(FormulaError::Overflow)
+}
+
+/// `a @ b` at positions `a`, `b`: sparse @ dense is 2 * stored * n, dense @ sparse is
+/// 2 * m * stored; `dense` prices a call whose sparse tensor is elsewhere (the bias).
+fn product(args: &Args, a: usize, b: usize, dense: super::FlopFn) -> Result<u64, FormulaError> {
+    match (args.get(a), args.get(b)) {
+        (Some(Arg::Sparse(s)), Some(Arg::Tensor(d))) => times_two(stored(&s)?, last_dim(&d, 1)?),
+        (Some(Arg::Tensor(d)), Some(Arg::Sparse(s))) => times_two(last_dim(&d, 2)?, stored(&s)?),
+        (Some(Arg::Sparse(s)), Some(Arg::Sparse(_))) => Err(FormulaError::SparseLayout(s.layout)),
+        (Some(Arg::Tensor(_)), Some(Arg::Tensor(_))) => dense(args),
+        _ => Err(FormulaError::MissingTensor(a)),
+    }
+}
+
+fn vector_product(args: &Args, a: usize, v: usize, dense: super::FlopFn) -> Result<u64, FormulaError> {
+    match (args.get(a), args.get(v)) {
+        (Some(Arg::Sparse(s)), Some(Arg::Tensor(_))) => times_two(stored(&s)?, 1),
+        (Some(Arg::Tensor(_)), Some(Arg::Tensor(_))) => dense(args),
+        (Some(Arg::Sparse(s)), _) | (_, Some(Arg::Sparse(s))) => Err(FormulaError::SparseLayout(s.layout)),
+        _ => Err(FormulaError::MissingTensor(a)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::build::{sparse, tensor};
+    use crate::formulas::testing::with_args;
+
+    const COO: i64 = 1;
+    const CSR: i64 = 2;
+    const BSR: i64 = 5;
+
+    #[test]
+    fn sparse_times_dense_counts_stored_values() {
+        // A 64x64 CSR matrix with 232 stored values @ a dense 64x8: each stored value meets the
+        // 8 columns once: 2 * 232 * 8 = 3,712 (dense would be 2*64*64*8 = 65,536).
+        let f = with_args(
+            |s| {
+                sparse(s, CSR, 232, &[64, 64]);
+                tensor(s, &[64, 8]);
+            },
+            mm,
+        );
+        assert_eq!(f, Ok(3_712));
+    }
+
+    #[test]
+    fn dense_times_sparse_and_addmm_bias() {
+        // [8,64] @ COO[64,64] with 232 stored: each stored value meets the 8 rows: 3,712.
+        let f = with_args(
+            |s| {
+                tensor(s, &[8, 64]);
+                sparse(s, COO, 232, &[64, 64]);
+            },
+            mm,
+        );
+        assert_eq!(f, Ok(3_712));
+        // addmm(bias[64,8], BSR[64,64] with 16 blocks of 4x4 = 256 stored, [64,8]): 2*256*8.
+        let f = with_args(
+            |s| {
+                tensor(s, &[64, 8]);
+                sparse(s, BSR, 256, &[64, 64]);
+                tensor(s, &[64, 8]);
+            },
+            addmm,
+        );
+        assert_eq!(f, Ok(4_096));
+        // A sparse bias with dense operands: the dense product, 2*2*3*5 = 60.
+        let f = with_args(
+            |s| {
+                sparse(s, COO, 3, &[2, 5]);
+                tensor(s, &[2, 3]);
+                tensor(s, &[3, 5]);
+            },
+            addmm,
+        );
+        assert_eq!(f, Ok(60));
+    }
+
+    #[test]
+    fn sparse_vector_products_and_batches() {
+        let f = with_args(
+            |s| {
+                sparse(s, CSR, 10, &[5, 7]);
+                tensor(s, &[7]);
+            },
+            mv,
+        );
+        assert_eq!(f, Ok(20));
+        // COO[3,4,5] with 12 stored values @ [3,5,6]: 2*12*6 = 144.
+        let f = with_args(
+            |s| {
+                sparse(s, COO, 12, &[3, 4, 5]);
+                tensor(s, &[3, 5, 6]);
+            },
+            bmm,
+        );
+        assert_eq!(f, Ok(144));
+    }
+
+    #[test]
+    fn sparse_times_sparse_is_not_priced() {
+        let f = with_args(
+            |s| {
+                sparse(s, CSR, 10, &[5, 5]);
+                sparse(s, CSR, 10, &[5, 5]);
+            },
+            mm,
+        );
+        assert_eq!(f, Err(FormulaError::SparseLayout(CSR)));
+    }
+}
