@@ -99,6 +99,10 @@ std::string torch_version() {
   return TORCHSCAN_TORCH_VERSION;
 }
 
+// Marks one run of an inductor-compiled graph (python/torchscan/_compiled.py): the event is
+// what sessions observe; the core reports its work as uncounted compiled code.
+void inductor_graph() {}
+
 }  // namespace
 
 namespace sessions {
@@ -179,6 +183,7 @@ TORCH_LIBRARY(torchscan, m) {
   def("pop_scope(int session) -> ()", &torchscan::sessions::pop_scope);
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
+  def("inductor_graph() -> ()", &torchscan::inductor_graph);
   def("module_metrics(str calls) -> str", &torchscan::module_metrics);
   def("analysis_report(int session, str document) -> str", &torchscan::analysis_report);
   def("enter_call(int session, str module_label, str call_label) -> ()", &torchscan::enter_call);

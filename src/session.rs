@@ -107,6 +107,10 @@ pub struct OpCall {
     pub interposed: bool,
 }
 
+/// Dispatched by the Python layer each time an inductor-compiled graph runs (its fused kernels
+/// never pass the dispatcher): uncounted work, with its own diagnostic.
+pub const COMPILED_GRAPH_OPERATOR: &str = "torchscan::inductor_graph";
+
 /// `metric` of operator diagnostics, as torchscan 0.2 names it.
 pub const OPERATOR_DIAGNOSTIC_METRIC: &str = "flops";
 
@@ -401,6 +405,9 @@ impl Session {
 
     fn classify(&self, description: &OpDescription) -> Class {
         let name = description.name.as_str();
+        if name == COMPILED_GRAPH_OPERATOR {
+            return Class::Uncounted;
+        }
         if name.starts_with("torchscan::") {
             return Class::Internal;
         }
@@ -564,6 +571,19 @@ impl Session {
                 Class::Ignored(i) if calls > 0 => {
                     let reason = formulas::ignored::IGNORED[i].reason.name().to_string();
                     ignored_operators.insert(packet, IgnoredCount { calls, reason });
+                }
+                Class::Uncounted if calls > 0 && name == COMPILED_GRAPH_OPERATOR => {
+                    diagnostics.push(op_diagnostic(
+                        "uncounted_compiled_code",
+                        Severity::Warning,
+                        &packet,
+                        format!(
+                            "graphs compiled by torch.compile's inductor backend ran {calls} time(s): their generated \
+                             kernels run outside the dispatcher, so their work is missing from the total (the \
+                             operators they dispatch, such as matrix products, are counted); measure the model \
+                             uncompiled, or compiled with backend=\"aot_eager\", for an exact total"
+                        ),
+                    ));
                 }
                 Class::Uncounted if calls > 0 => {
                     diagnostics.push(op_diagnostic(
@@ -1132,5 +1152,20 @@ mod tests {
             assert_eq!(s.on_op_start(start, &event), expected, "{name}");
             s.on_op_end(1, true, &event);
         }
+    }
+
+    #[test]
+    fn an_inductor_graph_run_is_uncounted_compiled_code() {
+        let mut s = Session::new(Config::default());
+        run(
+            &mut s,
+            &[op("aten::mm", true, mm_args, vec![]), op(COMPILED_GRAPH_OPERATOR, false, |_| {}, vec![])],
+            Phase::Forward,
+        );
+        let r = report(s);
+        assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(120)));
+        assert_eq!(r.diagnostics.len(), 1);
+        assert_eq!(r.diagnostics[0].code, "uncounted_compiled_code");
+        assert!(r.diagnostics[0].message.contains("ran 1 time(s)"), "{}", r.diagnostics[0].message);
     }
 }

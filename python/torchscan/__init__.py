@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import modules, process, report, utils
+from . import _compiled, modules, process, report, utils
 from .compare import compare_reports
 from .crawler import crawl_module, summary
 from .errors import IncompleteAnalysisError
@@ -18,6 +18,8 @@ from .report import (
 )
 
 __version__ = "0.3.0"
+
+_compiled.install()
 
 __all__ = [
     "AnalysisReport",

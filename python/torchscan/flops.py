@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from ._native import ops
 from .report import FlopReport
@@ -292,6 +293,23 @@ def _price(pending: list[dict[str, Any]], formulas: dict[str, tuple[str, CustomF
     return results
 
 
+def _root_name(module: nn.Module) -> str:
+    original = _compiled_original(module)
+    return type(module if original is None else original).__name__
+
+
+# Dynamo constant-folds this while tracing a hook, so the hook traces to nothing.
+_is_compiling = torch.compiler.is_compiling
+
+
+def _compiled_original(module: nn.Module) -> nn.Module | None:
+    """The module a ``torch.compile`` wrapper (``OptimizedModule``) runs, else ``None``."""
+    original = getattr(module, "_orig_mod", None)
+    if isinstance(original, nn.Module) and type(module).__name__ == "OptimizedModule":
+        return original
+    return None
+
+
 class _ModuleLabels:
     """Pushes a label per module call into the session, as PyTorch's ModuleTracker names them:
     the outermost module by its class name, its children by dotted attribute path.
@@ -299,6 +317,12 @@ class _ModuleLabels:
     The hooks run on every module call, so they stay lean: labels are looked up by ``id`` (the
     modules are held alive in ``_names`` for the measurement only) and the native scope
     operators are bound once.
+
+    Compiled code: a ``torch.compile`` wrapper takes the label of the module it wraps (eager and
+    compiled models are labelled alike). The global hooks are two module-level functions shared
+    by every session (see ``_module_pre_hook``) that return at once while Dynamo traces them, so
+    they add no graph break, and no guard on a session's objects. Inside a compiled region Dynamo
+    has inlined the submodules' calls, so the region's work goes to the compiled module's label.
     """
 
     _push = ops.push_scope.default
@@ -310,39 +334,95 @@ class _ModuleLabels:
         self._names: dict[int, tuple[nn.Module, str]] = {}
         self._open_roots = roots is None
         self._stack: list[int] = []
-        self._hooks: list[Any] = []
+        self._installed = False
         for root in roots or []:
-            self._name_tree(root, type(root).__name__)
+            self._name_tree(root, _root_name(root))
 
     def _name_tree(self, module: nn.Module, name: str) -> None:
         self._names[id(module)] = (module, name)
+        original = _compiled_original(module)
+        if original is not None:
+            self._name_tree(original, name)
+            return
         for child_name, child in module.named_children():
             self._name_tree(child, f"{name}.{child_name}")
 
-    def _pre(self, module: nn.Module, args: Any) -> None:
+    def pre(self, module: nn.Module) -> None:
         if threading.get_ident() != self._thread:
             return
         entry = self._names.get(id(module))
         if entry is None:
-            if not self._open_roots:
+            if not self._open_roots or _is_compiler_artifact(module):
                 return
-            self._name_tree(module, type(module).__name__)
+            self._name_tree(module, _root_name(module))
             entry = self._names[id(module)]
         self._push(self._handle, entry[1])
         self._stack.append(id(module))
 
-    def _post(self, module: nn.Module, args: Any, output: Any) -> None:
+    def post(self, module: nn.Module) -> None:
         if self._stack and self._stack[-1] == id(module) and threading.get_ident() == self._thread:
             self._stack.pop()
             self._pop(self._handle)
 
     def install(self) -> None:
-        register = nn.modules.module
-        self._hooks.append(register.register_module_forward_pre_hook(self._pre))
-        self._hooks.append(register.register_module_forward_hook(self._post, always_call=True))
+        global _labellers
+        with _hooks_lock:
+            if not _labellers:
+                _install_global_hooks()
+            _labellers = (*_labellers, self)
+            self._installed = True
 
     def remove(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
+        global _labellers
+        with _hooks_lock:
+            if self._installed:
+                _labellers = tuple(labels for labels in _labellers if labels is not self)
+                self._installed = False
+                if not _labellers:
+                    _remove_global_hooks()
         self._names.clear()
+
+
+# The open labellers of all threads (a tuple, replaced whole: hooks iterate a snapshot); the two
+# global hooks are installed while there is at least one.
+_labellers: tuple[_ModuleLabels, ...] = ()
+_hooks_lock = threading.Lock()
+
+# Dynamo guards a compiled frame on the keys of the global hook dicts. register_module_*_hook
+# takes a new key each time, so every measurement would recompile the model; the hooks are put
+# in under two keys reserved once (as register_module_forward_hook does, always_call=True).
+_module_hooks = nn.modules.module
+_PRE_HOOK_KEY = RemovableHandle(_module_hooks._global_forward_pre_hooks).id
+_POST_HOOK_KEY = RemovableHandle(_module_hooks._global_forward_hooks).id
+
+
+def _install_global_hooks() -> None:
+    _module_hooks._global_forward_pre_hooks[_PRE_HOOK_KEY] = _module_pre_hook
+    _module_hooks._global_forward_hooks[_POST_HOOK_KEY] = _module_post_hook
+    _module_hooks._global_forward_hooks_always_called[_POST_HOOK_KEY] = True
+
+
+def _remove_global_hooks() -> None:
+    _module_hooks._global_forward_pre_hooks.pop(_PRE_HOOK_KEY, None)
+    _module_hooks._global_forward_hooks.pop(_POST_HOOK_KEY, None)
+    _module_hooks._global_forward_hooks_always_called.pop(_POST_HOOK_KEY, None)
+
+
+def _module_pre_hook(module: nn.Module, args: Any) -> None:
+    if _is_compiling():
+        return
+    for labels in _labellers:
+        labels.pre(module)
+
+
+def _module_post_hook(module: nn.Module, args: Any, output: Any) -> None:
+    if _is_compiling():
+        return
+    for labels in reversed(_labellers):
+        labels.post(module)
+
+
+def _is_compiler_artifact(module: nn.Module) -> bool:
+    """A module that compiled code builds and calls at run time (AOTAutograd's ``<lambda>``
+    graph modules): not one of the user's modules."""
+    return isinstance(module, torch.fx.GraphModule) and not type(module).__name__.isidentifier()
