@@ -28,6 +28,15 @@ namespace torch::autograd {
 // (torch/csrc/autograd/graph_task.h; declared here to keep that header's includes out).
 int get_current_graph_task_id();
 }  // namespace torch::autograd
+
+namespace at::functorch {
+// torch.func's wrapper tensor (ATen/functorch/TensorWrapper.h, whose includes need a JSON library
+// that torch does not ship): only these two exported functions are used, never its layout.
+struct TensorWrapper {
+  bool is_alive() const;
+};
+TensorWrapper* maybeGetTensorWrapper(const at::Tensor& tensor);
+}  // namespace at::functorch
 #include "torchscan/src/ffi.rs.h"
 
 namespace torchscan::ffi {
@@ -222,6 +231,12 @@ constexpr std::size_t kSlots = 64;
 
 // Generation of the session in each slot; 0 while the slot observes nothing.
 std::array<std::atomic<uint64_t>, kSlots> g_generation{};
+// Per slot: whether the session counts every thread, and the thread that opened it.
+std::array<std::atomic<bool>, kSlots> g_all_threads{};
+std::array<std::atomic<uint64_t>, kSlots> g_owner{};
+
+// Which thread an event comes from (src/session.rs, Origin).
+enum class Origin : uint8_t { Followed = 0, Foreign = 1, Unfollowed = 2 };
 
 // Bits of the core's Decision (src/session.rs).
 constexpr uint8_t kSkip = 1;
@@ -285,14 +300,25 @@ CallKind call_kind(const at::RecordFunction& fn) {
   // propagation (torch.compile's tracing), no work. Real meta tensors carry Meta themselves.
   if (tls.included_.has(c10::DispatchKey::Meta)) return CallKind::Fake;
   c10::DispatchKeySet keys = tls.included_;
+  bool dead_wrapper = false;
+  auto add = [&](const at::Tensor& t) {
+    keys = keys | t.key_set();
+    if (t.key_set().has(c10::DispatchKey::FuncTorchGradWrapper)) {
+      auto* wrapper = at::functorch::maybeGetTensorWrapper(t);
+      dead_wrapper = dead_wrapper || (wrapper != nullptr && !wrapper->is_alive());
+    }
+  };
   for (const auto& v : fn.inputs()) {
     if (v.isTensor()) {
-      keys = keys | v.toTensor().key_set();
+      add(v.toTensor());
     } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) keys = keys | t.key_set();
+      for (const at::Tensor& t : v.toTensorList()) add(t);
     }
   }
   keys = keys - tls.excluded_;
+  // A torch.func level's wrapper tensor whose level has exited (a vjp function called after
+  // its grad transform returned): functorch's fallback unwraps it and calls the operator again.
+  if (dead_wrapper && keys.has(c10::DispatchKey::FuncTorchGradWrapper)) return CallKind::Interposed;
   return keys.has_any(wrapper_keys()) ? CallKind::Interposed : CallKind::Kernel;
 }
 
@@ -307,7 +333,7 @@ inline void push_claim(ThreadSlot* st, bool notify, bool kernel) {
   st->claim[st->claims++] = Claim{st->depth, std::uncaught_exceptions(), notify, kernel};
 }
 
-void on_start(std::size_t slot, const at::RecordFunction& fn) {
+void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   uint64_t generation;
   ThreadSlot* st = active(slot, generation);
   if (!st) return;
@@ -342,8 +368,9 @@ void on_start(std::size_t slot, const at::RecordFunction& fn) {
   bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
   int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
   uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence,
-                                      kind == CallKind::Interposed, event);
-  if (decision & kSkip) push_claim(st, /*notify=*/true, (decision & kKernel) != 0);
+                                      kind == CallKind::Interposed, static_cast<uint8_t>(origin), event);
+  // An unfollowed thread's call is only noted: nothing is pending in the core.
+  if (decision & kSkip) push_claim(st, /*notify=*/origin != Origin::Unfollowed, (decision & kKernel) != 0);
 }
 
 void on_end(std::size_t slot, const at::RecordFunction& fn) {
@@ -364,9 +391,16 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
   --st->depth;
 }
 
+// The counting callback: thread-local (the session's thread, and the threads that inherit its
+// callbacks: autograd's), or global when the session counts every thread.
 template <std::size_t Slot>
 std::unique_ptr<at::ObserverContext> start_trampoline(const at::RecordFunction& fn) {
-  on_start(Slot, fn);
+  Origin origin = Origin::Followed;
+  if (g_all_threads[Slot].load(std::memory_order_relaxed) &&
+      at::RecordFunction::currentThreadId() != g_owner[Slot].load(std::memory_order_relaxed)) {
+    origin = Origin::Foreign;
+  }
+  on_start(Slot, fn, origin);
   return nullptr;
 }
 
@@ -375,34 +409,69 @@ void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
   on_end(Slot, fn);
 }
 
+// The detecting callback (global, beside a thread-local counting one): operators on threads
+// that carry no thread-local callback, i.e. that no session follows (a thread pool's workers),
+// are noted so that the report can say work was missed. A thread that carries thread-local
+// callbacks is followed (by this session or another): the check costs one TLS read there.
+template <std::size_t Slot>
+std::unique_ptr<at::ObserverContext> detect_start_trampoline(const at::RecordFunction& fn) {
+  if (!at::hasThreadLocalCallbacks()) on_start(Slot, fn, Origin::Unfollowed);
+  return nullptr;
+}
+
+template <std::size_t Slot>
+void detect_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (!at::hasThreadLocalCallbacks()) on_end(Slot, fn);
+}
+
 struct Trampolines {
   at::RecordFunctionCallback::StartCallback start;
   at::RecordFunctionCallback::EndCallback end;
+  at::RecordFunctionCallback::StartCallback detect_start;
+  at::RecordFunctionCallback::EndCallback detect_end;
 };
 
 template <std::size_t... I>
 constexpr std::array<Trampolines, kSlots> make_trampolines(std::index_sequence<I...>) {
-  return {Trampolines{&start_trampoline<I>, &end_trampoline<I>}...};
+  return {Trampolines{&start_trampoline<I>, &end_trampoline<I>, &detect_start_trampoline<I>,
+                      &detect_end_trampoline<I>}...};
 }
 
 constexpr auto kTrampolines = make_trampolines(std::make_index_sequence<kSlots>{});
 
 }  // namespace
 
-uint64_t start(std::size_t slot, uint64_t generation, bool capture_outputs) {
+Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, bool all_threads) {
   TORCH_CHECK(slot < kSlots, "torchscan: session slot ", slot, " out of range");
+  g_all_threads[slot].store(all_threads, std::memory_order_relaxed);
+  g_owner[slot].store(at::RecordFunction::currentThreadId(), std::memory_order_relaxed);
   g_generation[slot].store(generation, std::memory_order_release);
-  auto callback = at::RecordFunctionCallback(kTrampolines[slot].start, kTrampolines[slot].end)
+  auto counting = at::RecordFunctionCallback(kTrampolines[slot].start, kTrampolines[slot].end)
                       .needsInputs(true)
                       .needsOutputs(capture_outputs)
                       .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
-  return at::addThreadLocalCallback(callback);
+  Callbacks callbacks;
+  if (all_threads) {
+    callbacks.counting = at::addGlobalCallback(counting);
+    return callbacks;
+  }
+  callbacks.counting = at::addThreadLocalCallback(counting);
+  try {
+    auto detecting = at::RecordFunctionCallback(kTrampolines[slot].detect_start, kTrampolines[slot].detect_end)
+                         .scopes({at::RecordScope::FUNCTION});
+    callbacks.detecting = at::addGlobalCallback(detecting);
+  } catch (...) {
+    stop(slot, callbacks);
+    throw;
+  }
+  return callbacks;
 }
 
-void stop(std::size_t slot, uint64_t callback) {
+void stop(std::size_t slot, Callbacks callbacks) {
   if (slot >= kSlots) return;
   g_generation[slot].store(0, std::memory_order_release);
-  if (callback != 0) at::removeCallback(callback);
+  if (callbacks.counting != 0) at::removeCallback(callbacks.counting);
+  if (callbacks.detecting != 0) at::removeCallback(callbacks.detecting);
 }
 
 uint64_t current_thread() {

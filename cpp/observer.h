@@ -6,13 +6,19 @@
 
 namespace torchscan::observer {
 
-// Starts observing the calling thread (and the autograd threads it hands work to) for the
-// session in `slot` with `generation`. Returns the RecordFunction callback handle.
-uint64_t start(std::size_t slot, uint64_t generation, bool capture_outputs);
+// The RecordFunction callbacks of one session (0: none).
+struct Callbacks {
+  uint64_t counting = 0;   // thread-local, or global when every thread is counted
+  uint64_t detecting = 0;  // global: notes work on threads no session follows
+};
 
-// Stops observing for `slot`: later events of that slot are dropped, and the callback is
+// Starts observing the calling thread (and the autograd threads it hands work to) for the
+// session in `slot` with `generation`, or every thread with `all_threads`.
+Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, bool all_threads);
+
+// Stops observing for `slot`: later events of that slot are dropped, and the callbacks are
 // removed. Must run on the thread that called start().
-void stop(std::size_t slot, uint64_t callback);
+void stop(std::size_t slot, Callbacks callbacks);
 
 // The thread id (RecordFunction's logical id) of the calling thread.
 uint64_t current_thread();

@@ -18,10 +18,11 @@ namespace {
 
 constexpr std::size_t kSlots = 64;
 
-// What the C++ side must remember about an open session: its callback and its thread.
+// What the C++ side must remember about an open session: its callbacks and its thread.
 struct Observing {
   std::atomic<int64_t> handle{0};
-  std::atomic<uint64_t> callback{0};
+  std::atomic<uint64_t> counting{0};
+  std::atomic<uint64_t> detecting{0};
   std::atomic<uint64_t> thread{0};
 };
 std::array<Observing, kSlots> g_observing;
@@ -57,7 +58,7 @@ bool stop_observing(int64_t handle) {
   TORCH_CHECK(o.thread.load() == here, "torchscan session ", handle,
               " must be closed on the thread that opened it (opened on thread ", o.thread.load(),
               ", closing on thread ", here, ")");
-  observer::stop(slot_of(handle), o.callback.exchange(0));
+  observer::stop(slot_of(handle), observer::Callbacks{o.counting.exchange(0), o.detecting.exchange(0)});
   o.handle.store(0);
   return true;
 }
@@ -113,7 +114,9 @@ int64_t open(const std::string& config) {
   o.thread.store(observer::current_thread());
   o.handle.store(opened.handle);
   try {
-    o.callback.store(observer::start(opened.slot, opened.generation, opened.capture_outputs));
+    auto callbacks = observer::start(opened.slot, opened.generation, opened.capture_outputs, opened.all_threads);
+    o.counting.store(callbacks.counting);
+    o.detecting.store(callbacks.detecting);
   } catch (...) {
     o.handle.store(0);
     ffi::discard_session(opened.handle);

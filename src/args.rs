@@ -242,10 +242,16 @@ impl<'a> Args<'a> {
         self.offsets.iter().find(|&&pos| s[pos] == TAG_SPARSE).map(|&pos| s[pos + 1])
     }
 
-    /// Whether any tensor argument (dense, sparse, or in a list) has a complex dtype.
+    /// Whether any tensor argument (dense, sparse, or in a list) has a complex dtype. Called for
+    /// every priced call: one pass over the argument tags, no iterator machinery.
     pub fn has_complex(&self) -> bool {
-        self.tensors().any(|t| t.is_complex())
-            || (0..self.len()).any(|i| self.sparse(i).is_some_and(|t| t.tensor.is_complex()))
+        let s = self.stream;
+        self.offsets.iter().any(|&pos| match s[pos] {
+            TAG_TENSOR => COMPLEX_DTYPES.contains(&s[pos + 1]),
+            TAG_SPARSE => COMPLEX_DTYPES.contains(&s[pos + 3]),
+            TAG_TENSOR_LIST => TensorsAt { stream: s, pos, remaining: None }.any(|t| t.is_complex()),
+            _ => false,
+        })
     }
 
     /// Every tensor among the arguments, those inside tensor lists included, in order.

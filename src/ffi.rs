@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::args;
 use crate::memory::MemoryTracker;
 use crate::registry;
-use crate::session::{Config, Decision, OpCall, OpDescription, Phase};
+use crate::session::{Config, Decision, OpCall, OpDescription, Origin, Phase};
 
 #[cxx::bridge(namespace = "torchscan::ffi")]
 mod bridge {
@@ -41,6 +41,7 @@ mod bridge {
         slot: usize,
         generation: u64,
         capture_outputs: bool,
+        all_threads: bool,
     }
 
     extern "Rust" {
@@ -59,6 +60,7 @@ mod bridge {
             backward: bool,
             sequence: i64,
             interposed: bool,
+            origin: u8,
             event: &OpEvent,
         ) -> u8;
         /// The end of a call `on_op_start` claimed; `completed`: it returned, it did not raise.
@@ -138,8 +140,14 @@ fn guarded<T>(f: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
 
 fn open_session(config: &str) -> Result<OpenedSession, String> {
     guarded(|| {
-        let (handle, capture_outputs) = registry::open(Config::from_json(config)?)?;
-        Ok(OpenedSession { handle: handle.pack(), slot: handle.slot, generation: handle.generation, capture_outputs })
+        let (handle, observation) = registry::open(Config::from_json(config)?)?;
+        Ok(OpenedSession {
+            handle: handle.pack(),
+            slot: handle.slot,
+            generation: handle.generation,
+            capture_outputs: observation.capture_outputs,
+            all_threads: observation.all_threads,
+        })
     })
 }
 
@@ -197,10 +205,11 @@ fn on_op_start(
     backward: bool,
     sequence: i64,
     interposed: bool,
+    origin: u8,
     event: &OpEvent,
 ) -> u8 {
     let phase = if backward { Phase::Backward } else { Phase::Forward };
-    let call = OpCall { key, token, phase, sequence, interposed };
+    let call = OpCall { key, token, phase, sequence, interposed, origin: Origin::from_u8(origin) };
     // A panic (a bug) is recorded against the session, and the event's children are skipped;
     // the outer catch is the last line of defence: nothing may unwind into C++.
     catch_unwind(AssertUnwindSafe(|| {

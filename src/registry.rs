@@ -55,17 +55,26 @@ fn lock(slot: usize) -> MutexGuard<'static, Slot> {
     SLOTS[slot].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Opens a session; returns its handle and whether the shim must capture operator outputs.
-pub fn open(config: Config) -> Result<(Handle, bool)> {
+/// How the shim must observe a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// Capture operator outputs (custom formulas need them).
+    pub capture_outputs: bool,
+    /// Count every thread's operators, not only the session's thread's.
+    pub all_threads: bool,
+}
+
+/// Opens a session; returns its handle and how the shim must observe it.
+pub fn open(config: Config) -> Result<(Handle, Observation)> {
     let session = Session::new(config);
-    let needs_outputs = session.needs_outputs();
+    let observation = Observation { capture_outputs: session.needs_outputs(), all_threads: session.all_threads() };
     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
     for slot in 0..MAX_SESSIONS {
         let mut guard = lock(slot);
         if guard.state.is_none() {
             guard.generation = generation;
             guard.state = Some(State::Open(session));
-            return Ok((Handle { slot, generation }, needs_outputs));
+            return Ok((Handle { slot, generation }, observation));
         }
     }
     Err(Error::TooManySessions(MAX_SESSIONS))

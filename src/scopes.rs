@@ -45,6 +45,9 @@ impl Default for ScopeTree {
 }
 
 impl ScopeTree {
+    /// The node of work done in no module call.
+    pub const ROOT: u32 = ROOT;
+
     pub fn new() -> ScopeTree {
         ScopeTree {
             labels: Vec::new(),

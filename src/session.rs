@@ -105,6 +105,31 @@ pub struct OpCall {
     /// The call reaches a wrapper before any kernel (a Python dispatch mode or tensor subclass,
     /// a torch.func transform): it is not a kernel call, the calls the wrapper makes are.
     pub interposed: bool,
+    pub origin: Origin,
+}
+
+/// Which thread an event comes from, as the session sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Origin {
+    /// The session's thread, or a thread it hands work to (autograd's): counted.
+    #[default]
+    Followed = 0,
+    /// Another thread, counted because the session counts every thread (`threads: "all"`);
+    /// its forward work has no module label.
+    Foreign = 1,
+    /// Another thread the session does not count: its work is reported missing.
+    Unfollowed = 2,
+}
+
+impl Origin {
+    pub fn from_u8(value: u8) -> Origin {
+        match value {
+            1 => Origin::Foreign,
+            2 => Origin::Unfollowed,
+            _ => Origin::Followed,
+        }
+    }
 }
 
 /// Dispatched by the Python layer each time an inductor-compiled graph runs (its fused kernels
@@ -123,11 +148,14 @@ pub struct Config {
     pub torch_version: String,
     /// Qualified names of operators the caller counts with its own formulas.
     pub custom_operators: Vec<String>,
+    /// Count the operators of every thread, not only the session's own (and autograd's).
+    pub all_threads: bool,
 }
 
 impl Config {
-    /// Parses `{"torch_version": str, "custom_operators": [str, ...]}` (both optional; the
-    /// torch version defaults to the one the library was built against).
+    /// Parses `{"torch_version": str, "custom_operators": [str, ...], "threads": "current" |
+    /// "all"}` (all optional; the torch version defaults to the one the library was built
+    /// against, threads to "current").
     pub fn from_json(text: &str) -> crate::error::Result<Config> {
         use crate::error::Error;
         let mut config = Config { torch_version: BUILT_AGAINST_TORCH.to_string(), ..Config::default() };
@@ -151,6 +179,13 @@ impl Config {
                             Error::BadConfig("custom_operators holds qualified names like aten::sin".into())
                         })?;
                         config.custom_operators.push(name.to_string());
+                    }
+                }
+                "threads" => {
+                    config.all_threads = match v.as_str() {
+                        Some("current") => false,
+                        Some("all") => true,
+                        _ => return Err(Error::BadConfig(format!("threads must be \"current\" or \"all\", got {v}"))),
                     }
                 }
                 other => return Err(Error::BadConfig(format!("unknown key {other:?}"))),
@@ -243,6 +278,8 @@ pub struct Session {
     offsets: Vec<usize>,
     /// Claimed calls that have started and not yet returned.
     pending: Vec<Pending>,
+    /// Calls of operators that do arithmetic on threads the session does not count, by operator.
+    unfollowed: BTreeMap<usize, u64>,
     signatures: BTreeMap<Signature, usize>,
     /// (signature, scope, phase) -> calls.
     custom_calls: BTreeMap<(usize, u32, u8), u64>,
@@ -264,6 +301,7 @@ impl Session {
             stream: Vec::with_capacity(64),
             offsets: Vec::with_capacity(16),
             pending: Vec::with_capacity(8),
+            unfollowed: BTreeMap::new(),
             signatures: BTreeMap::new(),
             custom_calls: BTreeMap::new(),
         }
@@ -273,13 +311,17 @@ impl Session {
         !self.config.custom_operators.is_empty()
     }
 
+    pub fn all_threads(&self) -> bool {
+        self.config.all_threads
+    }
+
     pub fn scopes_mut(&mut self) -> &mut ScopeTree {
         &mut self.scopes
     }
 
     /// An operator starts. A claimed call is only counted when it returns ([`Self::on_op_end`]).
     pub fn on_op_start(&mut self, call: OpCall, event: &dyn OpEvent) -> Decision {
-        let OpCall { key, token, phase, sequence, interposed } = call;
+        let OpCall { key, token, phase, sequence, interposed, origin } = call;
         let op = match self.cache.get(&key) {
             Some(&op) => op,
             None => match event.describe() {
@@ -291,7 +333,12 @@ impl Session {
                 None => return Decision::Descend,
             },
         };
+        if origin == Origin::Unfollowed {
+            return self.on_unfollowed(op, interposed);
+        }
         let scope = match phase {
+            // Another thread's forward work happens in no module call of this session's.
+            Phase::Forward if origin == Origin::Foreign => ScopeTree::ROOT,
             Phase::Forward => {
                 let scope = self.scopes.current();
                 self.scopes.remember_sequence(sequence, scope);
@@ -337,6 +384,21 @@ impl Session {
         };
         self.pending.push(Pending { token, op, scope, phase, outcome });
         Decision::claim(false, kernel)
+    }
+
+    /// An operator on a thread the session does not count: the report says work was missed
+    /// when it does arithmetic. Nothing is pending (the shim reports no end).
+    fn on_unfollowed(&mut self, op: usize, interposed: bool) -> Decision {
+        match self.ops[op].class {
+            _ if interposed => Decision::Descend,
+            Class::Transparent => Decision::Descend,
+            Class::Formula(_) | Class::Custom | Class::Uncounted => {
+                *self.unfollowed.entry(op).or_insert(0) += 1;
+                self.total.incomplete = true;
+                Decision::Skip
+            }
+            Class::Ignored(_) | Class::Internal => Decision::Skip,
+        }
     }
 
     /// A claimed call (one that got a skipping [`Decision`]) returns on the thread `token`
@@ -598,6 +660,25 @@ impl Session {
                 _ => {}
             }
         }
+        if !self.unfollowed.is_empty() {
+            let calls: u64 = self.unfollowed.values().sum();
+            let mut names: Vec<String> = self.unfollowed.keys().map(|&op| packet_name(&self.ops[op].name)).collect();
+            names.sort();
+            names.dedup();
+            diagnostics.push(Diagnostic {
+                code: "unfollowed_threads".into(),
+                severity: Severity::Warning,
+                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
+                message: format!(
+                    "{calls} operator call(s) that do arithmetic ({}) ran on threads this session does not \
+                     count (a thread pool, a data-parallel helper); their work is missing from the total: \
+                     measure with threads=\"all\" to count every thread",
+                    names.join(", ")
+                ),
+                path: None,
+                operator: None,
+            });
+        }
         if self.internal_errors > 0 {
             diagnostics.push(Diagnostic {
                 code: "internal_error".into(),
@@ -794,7 +875,7 @@ mod tests {
                 Some(n) => n.as_ptr() as usize,
                 None => call as *const Call as usize,
             };
-            let start = OpCall { key, token: 1, phase, sequence: -1, interposed: false };
+            let start = OpCall { key, token: 1, phase, sequence: -1, interposed: false, origin: Origin::Followed };
             match session.on_op_start(start, call) {
                 Decision::Descend => run(session, &call.children, phase),
                 _ => session.on_op_end(1, true, call),
@@ -950,8 +1031,11 @@ mod tests {
 
     #[test]
     fn custom_formulas_claim_their_operator_and_are_priced_afterwards() {
-        let config =
-            Config { torch_version: "x".into(), custom_operators: vec!["aten::mm".into(), "mylib::fused".into()] };
+        let config = Config {
+            torch_version: "x".into(),
+            custom_operators: vec!["aten::mm".into(), "mylib::fused".into()],
+            all_threads: false,
+        };
         let mut s = Session::new(config);
         assert!(s.needs_outputs());
         let mut fused = op("mylib::fused", true, mm_args, vec![op("aten::mm", true, mm_args, vec![])]);
@@ -1006,6 +1090,7 @@ mod tests {
             phase: Phase::Forward,
             sequence: -1,
             interposed: false,
+            origin: Origin::Followed,
         };
         s.on_op_start(at(composite), &a);
         let b =
@@ -1024,7 +1109,7 @@ mod tests {
         s.scopes_mut().push("Net");
         s.scopes_mut().push("Net.fc");
         let call = |s: &mut Session, phase, sequence| {
-            let start = OpCall { key, token: 1, phase, sequence, interposed: false };
+            let start = OpCall { key, token: 1, phase, sequence, interposed: false, origin: Origin::Followed };
             assert_eq!(s.on_op_start(start, &mm), Decision::SkipKernel);
             s.on_op_end(1, true, &mm);
         };
@@ -1063,7 +1148,14 @@ mod tests {
         let mut s = Session::new(Config::default());
         let mm = op("aten::mm", true, mm_args, vec![]);
         let key = "aten::mm".as_ptr() as usize;
-        let start = |token| OpCall { key, token, phase: Phase::Forward, sequence: -1, interposed: false };
+        let start = |token| OpCall {
+            key,
+            token,
+            phase: Phase::Forward,
+            sequence: -1,
+            interposed: false,
+            origin: Origin::Followed,
+        };
         // Thread 1 raises, thread 2 completes; their ends interleave.
         assert_eq!(s.on_op_start(start(1), &mm), Decision::SkipKernel);
         assert_eq!(s.on_op_start(start(2), &mm), Decision::SkipKernel);
@@ -1088,6 +1180,7 @@ mod tests {
                 phase: Phase::Forward,
                 sequence: -1,
                 interposed: false,
+                origin: Origin::Followed,
             };
             assert_ne!(s.on_op_start(start, event), Decision::Descend);
             s.on_op_end(1, false, event);
@@ -1118,6 +1211,7 @@ mod tests {
             phase: Phase::Forward,
             sequence: -1,
             interposed,
+            origin: Origin::Followed,
         };
         assert_eq!(s.on_op_start(start("aten::mm", true), &mm), Decision::Descend);
         assert_eq!(s.on_op_start(start("aten::bmm", false), &bmm), Decision::SkipKernel);
@@ -1148,6 +1242,7 @@ mod tests {
                 phase: Phase::Forward,
                 sequence: -1,
                 interposed: false,
+                origin: Origin::Followed,
             };
             assert_eq!(s.on_op_start(start, &event), expected, "{name}");
             s.on_op_end(1, true, &event);
@@ -1167,5 +1262,45 @@ mod tests {
         assert_eq!(r.diagnostics.len(), 1);
         assert_eq!(r.diagnostics[0].code, "uncounted_compiled_code");
         assert!(r.diagnostics[0].message.contains("ran 1 time(s)"), "{}", r.diagnostics[0].message);
+    }
+
+    #[test]
+    fn work_on_unfollowed_threads_is_reported_missing() {
+        let mut s = Session::new(Config::default());
+        let mm = op("aten::mm", true, mm_args, vec![]);
+        let view = op("aten::view", true, |_| {}, vec![]);
+        let start = |name: &str, origin| OpCall {
+            key: name.as_ptr() as usize,
+            token: 1,
+            phase: Phase::Forward,
+            sequence: -1,
+            interposed: false,
+            origin,
+        };
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Followed), &mm), Decision::SkipKernel);
+        s.on_op_end(1, true, &mm);
+        // A thread pool's mm twice and a view: nothing pending, the mm calls reported.
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Unfollowed), &mm), Decision::Skip);
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Unfollowed), &mm), Decision::Skip);
+        assert_eq!(s.on_op_start(start("aten::view", Origin::Unfollowed), &view), Decision::Skip);
+        // Counted on another thread (threads="all"): in no module.
+        s.scopes_mut().push("Net");
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Foreign), &mm), Decision::SkipKernel);
+        s.on_op_end(1, true, &mm);
+        let r = report(s);
+        assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(240)));
+        assert_eq!(r.operator_calls["aten.mm"], 2);
+        assert_eq!(r.by_module.get("Net").copied().unwrap_or(0), 0);
+        let d: Vec<_> = r.diagnostics.iter().filter(|d| d.code == "unfollowed_threads").collect();
+        assert_eq!(d.len(), 1);
+        assert!(d[0].message.starts_with("2 operator call(s) that do arithmetic (aten.mm)"), "{}", d[0].message);
+    }
+
+    #[test]
+    fn threads_config() {
+        assert!(!Config::from_json("{}").unwrap().all_threads);
+        assert!(Config::from_json(r#"{"threads": "all"}"#).unwrap().all_threads);
+        assert!(!Config::from_json(r#"{"threads": "current"}"#).unwrap().all_threads);
+        assert!(Config::from_json(r#"{"threads": "some"}"#).is_err());
     }
 }

@@ -13,7 +13,7 @@ import operator
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -25,6 +25,15 @@ from .report import FlopReport
 __all__ = ["FlopCounter", "count_flops", "measure_flops"]
 
 CustomFormula = Callable[..., int]
+Threads = Literal["current", "all"]
+
+
+class _Config(NamedTuple):
+    """What a session is opened with: the caller's formulas by qualified operator name
+    (``{name: (packet name, formula)}``) and the threads it counts."""
+
+    formulas: dict[str, tuple[str, CustomFormula]]
+    threads: Threads
 
 
 def measure_flops(
@@ -32,6 +41,7 @@ def measure_flops(
     *,
     modules: nn.Module | Iterable[nn.Module] | None = None,
     custom_mapping: Mapping[Any, CustomFormula] | None = None,
+    threads: Threads = "current",
 ) -> FlopReport:
     """Runs ``workload()`` exactly once and returns the FLOPs of every operator it dispatched.
 
@@ -44,6 +54,11 @@ def measure_flops(
             out_shape=...)`` receives tensor arguments as ``torch.Size`` and other positional
             arguments as values (PyTorch's flop-counter convention) and returns FLOPs per call.
             It overrides the built-in formula of that operator.
+        threads: ``"current"`` (default) counts the calling thread and the autograd threads it
+            hands backward work to; arithmetic that other threads (a thread pool) run meanwhile is
+            reported missing (``unfollowed_threads``, total partial). ``"all"`` counts every
+            thread of the process while the workload runs (other threads' forward work has no
+            module label).
 
     Returns:
         The FlopReport. ``total`` is complete only when every operator observed is counted or
@@ -55,7 +70,8 @@ def measure_flops(
     if not callable(workload):
         raise TypeError(f"workload must be a zero-argument callable, got {type(workload).__name__}")
     roots = _roots(modules)
-    return count_operators(workload, lambda handle: _ModuleLabels(handle, roots), _formulas(custom_mapping))
+    config = _config(custom_mapping, threads)
+    return count_operators(workload, lambda handle: _ModuleLabels(handle, roots), config)
 
 
 class ScopeDriver(Protocol):
@@ -74,14 +90,17 @@ class _Session:
     session behind, whatever raises. measure_flops and count_flops share this sequence.
     """
 
-    def __init__(self, scopes: Callable[[int], ScopeDriver], formulas: dict[str, tuple[str, CustomFormula]]) -> None:
+    def __init__(self, scopes: Callable[[int], ScopeDriver], config: _Config) -> None:
         self._scopes = scopes
-        self._formulas = formulas
+        self._formulas = config.formulas
+        self._threads = config.threads
         self._handle = 0
         self._driver: ScopeDriver | None = None
 
     def start(self) -> None:
-        config = json.dumps({"torch_version": torch.__version__, "custom_operators": sorted(self._formulas)})
+        config = json.dumps(
+            {"torch_version": torch.__version__, "custom_operators": sorted(self._formulas), "threads": self._threads}
+        )
         self._handle = ops.open_session(config)
         try:
             self._driver = self._scopes(self._handle)
@@ -121,11 +140,11 @@ class _Session:
 def count_operators(
     workload: Callable[[], Any],
     scopes: Callable[[int], ScopeDriver],
-    formulas: dict[str, tuple[str, CustomFormula]],
+    config: _Config,
 ) -> FlopReport:
     """One native counting session around ``workload()``, finished into its FlopReport.
     ``scopes(handle)`` builds the hooks that label the work (module labels for by_module)."""
-    session = _Session(scopes, formulas)
+    session = _Session(scopes, config)
     session.start()
     try:
         workload()
@@ -149,10 +168,11 @@ class FlopCounter:
         self,
         modules: nn.Module | Iterable[nn.Module] | None = None,
         custom_mapping: Mapping[Any, CustomFormula] | None = None,
+        threads: Threads = "current",
     ) -> None:
         # Validated here, so that a bad argument fails before any work runs.
         roots = _roots(modules)
-        self._session = _Session(lambda handle: _ModuleLabels(handle, roots), _formulas(custom_mapping))
+        self._session = _Session(lambda handle: _ModuleLabels(handle, roots), _config(custom_mapping, threads))
         self._state: Literal["ready", "counting", "done", "failed"] = "ready"
         self._report: FlopReport | None = None
 
@@ -203,6 +223,7 @@ _NO_REPORT = {
 def count_flops(
     modules: nn.Module | Iterable[nn.Module] | None = None,
     custom_mapping: Mapping[Any, CustomFormula] | None = None,
+    threads: Threads = "current",
 ) -> FlopCounter:
     """Counts the FLOPs of every operator dispatched inside a ``with`` block::
 
@@ -215,13 +236,14 @@ def count_flops(
     Args:
         modules: as in measure_flops: the root module(s) whose calls label ``by_module``.
         custom_mapping: as in measure_flops: ``{torch.ops.ns.op: formula}`` for this count only.
+        threads: as in measure_flops: ``"current"`` or ``"all"``.
 
     Returns:
         A FlopCounter; after its block exits, ``counter.report()`` is the FlopReport (equal to
         what measure_flops reports for the same work). An exception raised in the block
         propagates unchanged, and the counting session and module hooks are removed either way.
     """
-    return FlopCounter(modules=modules, custom_mapping=custom_mapping)
+    return FlopCounter(modules=modules, custom_mapping=custom_mapping, threads=threads)
 
 
 def _roots(modules: object) -> list[nn.Module] | None:
@@ -236,6 +258,12 @@ def _roots(modules: object) -> list[nn.Module] | None:
         if not isinstance(m, nn.Module):
             raise TypeError(f"modules[{i}] must be an nn.Module, got {type(m).__name__}")
     return roots
+
+
+def _config(custom_mapping: object, threads: object) -> _Config:
+    if not isinstance(threads, str) or threads not in ("current", "all"):
+        raise ValueError(f'threads must be "current" or "all", got {threads!r}')
+    return _Config(_formulas(custom_mapping), "all" if threads == "all" else "current")
 
 
 def _formulas(custom_mapping: object) -> dict[str, tuple[str, CustomFormula]]:
