@@ -241,18 +241,22 @@ enum class Origin : uint8_t { Followed = 0, Foreign = 1, Unfollowed = 2 };
 // Bits of the core's Decision (src/session.rs).
 constexpr uint8_t kSkip = 1;
 constexpr uint8_t kKernel = 4;
+constexpr uint8_t kPending = 8;
 
 // A call whose nested calls are skipped (claimed, ignored, uncounted, or fake), until it ends.
+// The core either waits for its end (pending: a rare outcome) or counted it at its start and
+// left a receipt, handed back only if the call raises: a call that returns costs nothing more.
 struct Claim {
   int64_t depth = 0;
   int exceptions = 0;  // std::uncaught_exceptions() when it started
-  bool notify = false;  // the core waits for its end (the call is pending there)
+  bool pending = false;  // the core waits for its end
   bool kernel = false;  // an ATen kernel: calls from its autograd layer are operators of their own
+  ffi::Receipt receipt{};
 };
 
 // Claims open at once on one thread: one, plus one per autograd-layer call nested in a claimed
 // kernel (a tangent inside a tangent...). Deeper nesting is skipped like a decomposition.
-constexpr int kMaxClaims = 8;
+constexpr int kMaxClaims = 6;
 
 // Per thread and slot: nesting depth, the open claims, where the current backward region began.
 struct ThreadSlot {
@@ -329,8 +333,8 @@ inline bool below_autograd() {
   return c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutogradFunctionality);
 }
 
-inline void push_claim(ThreadSlot* st, bool notify, bool kernel) {
-  st->claim[st->claims++] = Claim{st->depth, std::uncaught_exceptions(), notify, kernel};
+inline void push_claim(ThreadSlot* st, bool pending, bool kernel, const ffi::Receipt& receipt) {
+  st->claim[st->claims++] = Claim{st->depth, std::uncaught_exceptions(), pending, kernel, receipt};
 }
 
 void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
@@ -354,7 +358,7 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   }
   CallKind kind = call_kind(fn);
   if (kind == CallKind::Fake) {
-    push_claim(st, /*notify=*/false, /*kernel=*/false);
+    push_claim(st, /*pending=*/false, /*kernel=*/false, ffi::Receipt{});
     return;
   }
   ffi::OpEvent event{&fn};
@@ -367,10 +371,10 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   bool in_node = st->backward_from != 0;
   bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
   int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
+  ffi::Receipt receipt{};
   uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence,
-                                      kind == CallKind::Interposed, static_cast<uint8_t>(origin), event);
-  // An unfollowed thread's call is only noted: nothing is pending in the core.
-  if (decision & kSkip) push_claim(st, /*notify=*/origin != Origin::Unfollowed, (decision & kKernel) != 0);
+                                      kind == CallKind::Interposed, static_cast<uint8_t>(origin), event, receipt);
+  if (decision & kSkip) push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0, receipt);
 }
 
 void on_end(std::size_t slot, const at::RecordFunction& fn) {
@@ -378,13 +382,15 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
   ThreadSlot* st = active(slot, generation);
   if (!st || st->depth == 0) return;
   if (st->claims > 0 && st->claim[st->claims - 1].depth == st->depth) {
-    const Claim claim = st->claim[--st->claims];
-    if (claim.notify) {
-      // Ended by an exception (the destructor of RecordFunction runs while it unwinds): the
-      // operator did not deliver its result, and is not counted.
-      bool completed = std::uncaught_exceptions() <= claim.exceptions;
+    const Claim& claim = st->claim[--st->claims];
+    // Ended by an exception (the destructor of RecordFunction runs while it unwinds): the
+    // operator did not deliver its result, and is not counted.
+    bool completed = std::uncaught_exceptions() <= claim.exceptions;
+    if (claim.pending) {
       ffi::OpEvent event{&fn};
       ffi::on_op_end(slot, generation, reinterpret_cast<std::size_t>(st), completed, event);
+    } else if (!completed && claim.receipt.valid) {
+      ffi::on_op_abort(slot, generation, claim.receipt);
     }
   }
   if (st->depth == st->backward_from) st->backward_from = 0;

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::args;
 use crate::memory::MemoryTracker;
 use crate::registry;
-use crate::session::{Config, Decision, OpCall, OpDescription, Origin, Phase};
+use crate::session::{self, Config, Decision, OpCall, OpDescription, Origin, Phase};
 
 #[cxx::bridge(namespace = "torchscan::ffi")]
 mod bridge {
@@ -34,6 +34,17 @@ mod bridge {
         name: String,
         has_own_kernel: bool,
         positional_args: usize,
+    }
+
+    /// What a claimed call counted at its start (`session::Receipt`); the shim keeps it while
+    /// the call runs and hands it back only if the call raises.
+    struct Receipt {
+        valid: bool,
+        op: u32,
+        scope: u32,
+        phase: u8,
+        category: u8,
+        flops: u64,
     }
 
     struct OpenedSession {
@@ -62,9 +73,12 @@ mod bridge {
             interposed: bool,
             origin: u8,
             event: &OpEvent,
+            receipt: &mut Receipt,
         ) -> u8;
-        /// The end of a call `on_op_start` claimed; `completed`: it returned, it did not raise.
+        /// The end of a call `on_op_start` left pending; `completed`: it returned, it did not raise.
         fn on_op_end(slot: usize, generation: u64, token: usize, completed: bool, event: &OpEvent);
+        /// A call counted at its start raised: take its count back.
+        fn on_op_abort(slot: usize, generation: u64, receipt: &Receipt);
 
         /// Module formulas for a JSON list of module-call descriptors (see `modules/`).
         fn module_metrics(calls: &str) -> Result<String>;
@@ -114,7 +128,7 @@ mod bridge {
     }
 }
 
-use bridge::{ArgTag, EventDescription, OpEvent, OpenedSession};
+use bridge::{ArgTag, EventDescription, OpEvent, OpenedSession, Receipt};
 
 const _: () = {
     assert!(ArgTag::None.repr == args::TAG_NONE);
@@ -207,15 +221,28 @@ fn on_op_start(
     interposed: bool,
     origin: u8,
     event: &OpEvent,
+    receipt: &mut Receipt,
 ) -> u8 {
     let phase = if backward { Phase::Backward } else { Phase::Forward };
     let call = OpCall { key, token, phase, sequence, interposed, origin: Origin::from_u8(origin) };
+    let mut counted = session::Receipt::default();
     // A panic (a bug) is recorded against the session, and the event's children are skipped;
     // the outer catch is the last line of defence: nothing may unwind into C++.
-    catch_unwind(AssertUnwindSafe(|| {
-        registry::guarded_event(slot, generation, || registry::on_op_start(slot, generation, call, &Event(event)))
+    let decision = catch_unwind(AssertUnwindSafe(|| {
+        registry::guarded_event(slot, generation, || {
+            registry::on_op_start(slot, generation, call, &Event(event), &mut counted)
+        })
     }))
-    .unwrap_or(Decision::Skip) as u8
+    .unwrap_or(Decision::SKIP);
+    let session::Receipt { valid, op, scope, phase, category, flops } = counted;
+    *receipt = Receipt { valid, op, scope, phase, category, flops };
+    decision.0
+}
+
+fn on_op_abort(slot: usize, generation: u64, receipt: &Receipt) {
+    let &Receipt { valid, op, scope, phase, category, flops } = receipt;
+    let receipt = session::Receipt { valid, op, scope, phase, category, flops };
+    let _ = catch_unwind(AssertUnwindSafe(|| registry::on_op_abort(slot, generation, receipt)));
 }
 
 fn on_op_end(slot: usize, generation: u64, token: usize, completed: bool, event: &OpEvent) {

@@ -1,6 +1,9 @@
-//! Claimed operator calls between their start and their end. A call is priced when it starts
-//! (its inputs are at hand then) and counted when it returns: an operator that raises, or that
-//! autograd's non-reentrant checkpoint stops early with an exception, did not deliver its work.
+//! Claimed operator calls between their start and their end, for the outcomes that cannot be
+//! taken back (no formula, a formula error, an overflow, a custom formula). A call is priced
+//! when it starts (its inputs are at hand then) and counted when it returns: an operator that
+//! raises, or that autograd's non-reentrant checkpoint stops early with an exception, did not
+//! deliver its work. The common outcomes (a count, an ignored call) are counted at the start and
+//! taken back if the call raises (`session::Receipt`), so that their end costs nothing.
 
 use crate::formulas::{Category, FormulaError};
 use crate::session::Phase;
@@ -8,11 +11,8 @@ use crate::session::Phase;
 /// What counting the call will do once it has returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// On the ignore list: a call, no arithmetic.
-    Calls,
     /// A kernel without a formula: the totals become partial.
     Uncounted,
-    Counted(Category, u64),
     /// The formula's count does not fit in 64 bits.
     Overflow(Category),
     Failed(FormulaError),

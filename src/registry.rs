@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::report::FlopReport;
-use crate::session::{Config, Decision, OpCall, OpEvent, Session};
+use crate::session::{Config, Decision, OpCall, OpEvent, Receipt, Session};
 
 pub const MAX_SESSIONS: usize = 64;
 const SLOT_BITS: u32 = 6;
@@ -163,14 +163,30 @@ pub fn pop_scope(handle: i64) -> Result<()> {
     pop_scopes(handle, 1)
 }
 
-/// An operator event for the session in `slot`, if it is still `generation`'s and open.
-pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent) -> Decision {
-    let Some(cell) = SLOTS.get(slot) else { return Decision::Descend };
+/// An operator event for the session in `slot`, if it is still `generation`'s and open;
+/// `receipt` receives what it counted at once (see [`Receipt`]).
+pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent, receipt: &mut Receipt) -> Decision {
+    let Some(cell) = SLOTS.get(slot) else { return Decision::DESCEND };
     let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
     let slot = &mut *guard;
     match (&mut slot.state, slot.generation == generation) {
-        (Some(State::Open(session)), true) => session.on_op_start(call, event),
-        _ => Decision::Skip,
+        (Some(State::Open(session)), true) => {
+            let decision = session.on_op_start(call, event);
+            *receipt = session.take_receipt();
+            decision
+        }
+        _ => Decision::SKIP,
+    }
+}
+
+/// A call counted at its start raised: its count is taken back.
+pub fn on_op_abort(slot: usize, generation: u64, receipt: Receipt) {
+    let Some(cell) = SLOTS.get(slot) else { return };
+    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.generation == generation {
+        if let Some(State::Open(session)) = &mut guard.state {
+            session.undo(receipt);
+        }
     }
 }
 
@@ -190,7 +206,7 @@ pub fn guarded_event(slot: usize, generation: u64, handle_event: impl FnOnce() -
                     }
                 }
             }
-            Decision::Skip
+            Decision::SKIP
         }
     }
 }
@@ -219,7 +235,7 @@ mod tests {
     fn a_panic_while_handling_an_event_is_a_diagnostic_not_an_abort() {
         let (handle, _) = open(Config::default()).unwrap();
         let decision = guarded_event(handle.slot, handle.generation, || panic!("a bug in a formula"));
-        assert_eq!(decision, Decision::Skip);
+        assert_eq!(decision, Decision::SKIP);
         let packed = handle.pack();
         close(packed).unwrap();
         let report = finish(packed, &[]).unwrap();

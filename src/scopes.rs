@@ -126,6 +126,13 @@ impl ScopeTree {
         }
     }
 
+    /// Takes back a count added to `node` (its call raised).
+    pub fn sub_flops(&mut self, node: u32, flops: u64) {
+        if let Some(n) = self.nodes.get_mut(node as usize) {
+            n.flops = n.flops.saturating_sub(flops);
+        }
+    }
+
     /// A count in `node` did not fit in 64 bits: its labels (and their parents) are unavailable.
     pub fn mark_overflowed(&mut self, node: u32) {
         self.nodes[node as usize].overflowed = true;

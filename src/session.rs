@@ -13,7 +13,7 @@
 //!   (the batched kernel with its real shapes, or nothing for a cache hit) count;
 //! - inside an ATen kernel the shim hides nested calls made by the kernel itself
 //!   (decompositions), but not those made by its autograd layer (forward-mode tangents,
-//!   saved-tensor hooks): those are operators of their own (`Decision::SkipKernel`).
+//!   saved-tensor hooks): those are operators of their own (`Decision::KERNEL`).
 //!
 //! The per-event path (`on_op_start`) allocates nothing once every operator was seen once: the
 //! operator cache is keyed by the address of the operator's name (stable for a registered
@@ -48,40 +48,54 @@ pub trait OpEvent {
     fn describe(&self) -> Option<OpDescription>;
     /// Appends the encoded inputs (see `args.rs`) to `out`.
     fn read_inputs(&self, out: &mut Vec<i64>);
-    /// Appends the encoded outputs to `out`; only called after [`Decision::SkipCapture`].
+    /// Appends the encoded outputs to `out`; only called for a custom formula's call (`Decision::CAPTURE`).
     fn read_outputs(&self, out: &mut Vec<i64>);
 }
 
-/// What the shim does with the rest of the event: count its children or skip them. A skipped
-/// (claimed) event is pending: the shim reports its end (`Session::on_op_end`), and only an end
-/// without an exception counts it. The bits are the shim's (`cpp/observer.cpp`): 1 skip,
-/// 2 capture outputs, 4 open to calls from the kernel's autograd layer.
+/// What the shim does with the rest of the event, as bits (`cpp/observer.cpp` reads them):
+/// skip the nested calls or look at them; and for a skipped (claimed) call, whether its end must
+/// be reported (`PENDING`: the core counts it only once it has returned) or only its abort (the
+/// core counted it at its start and gives the shim a [`Receipt`] to undo it should it raise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Decision {
-    /// Transparent (or not an operator): nested events are looked at.
-    Descend = 0,
-    /// Claimed, ignored or uncounted: nested events are skipped.
-    Skip = 1,
-    /// Claimed by a custom formula: skip nested events, and report the outputs at the end.
-    SkipCapture = 3,
-    /// As `Skip`, for an ATen operator with a kernel of its own: nested calls made below its
-    /// autograd layer (its kernel's decompositions) are skipped, calls made by its autograd layer
-    /// (forward-mode tangents, saved-tensor hooks) are operators of their own.
-    SkipKernel = 5,
-    /// `SkipCapture` and `SkipKernel`.
-    SkipCaptureKernel = 7,
-}
+pub struct Decision(pub u8);
 
 impl Decision {
-    fn claim(capture: bool, kernel: bool) -> Decision {
-        match (capture, kernel) {
-            (false, false) => Decision::Skip,
-            (true, false) => Decision::SkipCapture,
-            (false, true) => Decision::SkipKernel,
-            (true, true) => Decision::SkipCaptureKernel,
-        }
+    /// Transparent (or not an operator): nested events are looked at.
+    pub const DESCEND: Decision = Decision(0);
+    /// Claimed, ignored or uncounted: nested events are skipped.
+    pub const SKIP: Decision = Decision(1);
+    /// Claimed by a custom formula: the outputs are read at the end.
+    pub const CAPTURE: u8 = 2;
+    /// An ATen operator with a kernel of its own: nested calls made below its autograd layer
+    /// (its kernel's decomposition) are skipped, calls made by its autograd layer (forward-mode
+    /// tangents, saved-tensor hooks) are operators of their own.
+    pub const KERNEL: u8 = 4;
+    /// The core waits for the call's end ([`Session::on_op_end`]).
+    pub const PENDING: u8 = 8;
+
+    fn claim(kernel: bool, extra: u8) -> Decision {
+        Decision(1 | extra | if kernel { Decision::KERNEL } else { 0 })
     }
+
+    pub fn skips(self) -> bool {
+        self.0 & 1 != 0
+    }
+
+    pub fn is_pending(self) -> bool {
+        self.0 & Decision::PENDING != 0
+    }
+}
+
+/// What a call counted at its start added, so that the shim can have it taken back if the call
+/// raises (`valid` is false when nothing was counted at the start).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Receipt {
+    pub valid: bool,
+    pub op: u32,
+    pub scope: u32,
+    pub phase: u8,
+    pub category: u8,
+    pub flops: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,6 +292,8 @@ pub struct Session {
     offsets: Vec<usize>,
     /// Claimed calls that have started and not yet returned.
     pending: Vec<Pending>,
+    /// What the last claimed start counted; see [`Receipt`].
+    receipt: Receipt,
     /// Calls of operators that do arithmetic on threads the session does not count, by operator.
     unfollowed: BTreeMap<usize, u64>,
     signatures: BTreeMap<Signature, usize>,
@@ -301,6 +317,7 @@ impl Session {
             stream: Vec::with_capacity(64),
             offsets: Vec::with_capacity(16),
             pending: Vec::with_capacity(8),
+            receipt: Receipt::default(),
             unfollowed: BTreeMap::new(),
             signatures: BTreeMap::new(),
             custom_calls: BTreeMap::new(),
@@ -330,7 +347,7 @@ impl Session {
                     self.cache.insert(key, op);
                     op
                 }
-                None => return Decision::Descend,
+                None => return Decision::DESCEND,
             },
         };
         if origin == Origin::Unfollowed {
@@ -350,14 +367,19 @@ impl Session {
             }
         };
         if interposed {
-            return Decision::Descend;
+            return Decision::DESCEND;
         }
-        let stats = &self.ops[op];
+        let stats = &mut self.ops[op];
         let kernel = stats.kernel;
         let outcome = match stats.class {
-            Class::Transparent => return Decision::Descend,
-            Class::Internal => return Decision::Skip,
-            Class::Ignored(_) => Outcome::Calls,
+            Class::Transparent => return Decision::DESCEND,
+            Class::Internal => return Decision::SKIP,
+            Class::Ignored(_) => {
+                // Counted now (a call, no arithmetic); taken back if it raises.
+                stats.calls += 1;
+                self.receipt = Receipt { valid: true, op: op as u32, scope, phase: phase as u8, category: 0, flops: 0 };
+                return Decision::claim(kernel, 0);
+            }
             Class::Uncounted => Outcome::Uncounted,
             Class::Formula(index) => {
                 self.stream.clear();
@@ -369,9 +391,23 @@ impl Session {
                 };
                 let category = formulas::FORMULAS[index].category;
                 match result {
-                    Ok(flops) => Outcome::Counted(category, flops),
+                    Ok(flops) => {
+                        // The common case is counted now, not when it returns: the shim has
+                        // nothing to report at its end unless it raises (see `undo`).
+                        self.ops[op].calls += 1;
+                        self.count(op, category, scope, phase, flops);
+                        self.receipt = Receipt {
+                            valid: true,
+                            op: op as u32,
+                            scope,
+                            phase: phase as u8,
+                            category: category as u8,
+                            flops,
+                        };
+                        return Decision::claim(kernel, 0);
+                    }
                     Err(FormulaError::Overflow) => Outcome::Overflow(category),
-                    Err(FormulaError::Descend) => return Decision::Descend,
+                    Err(FormulaError::Descend) => return Decision::DESCEND,
                     Err(error) => Outcome::Failed(error),
                 }
             }
@@ -379,25 +415,58 @@ impl Session {
                 let mut inputs = Vec::new();
                 event.read_inputs(&mut inputs);
                 self.pending.push(Pending { token, op, scope, phase, outcome: Outcome::Custom(inputs) });
-                return Decision::claim(true, kernel);
+                return Decision::claim(kernel, Decision::PENDING | Decision::CAPTURE);
             }
         };
+        // Rare outcomes (no formula, an error, an overflow) mark the totals incomplete, which
+        // cannot be taken back: they wait for the call's end.
         self.pending.push(Pending { token, op, scope, phase, outcome });
-        Decision::claim(false, kernel)
+        Decision::claim(kernel, Decision::PENDING)
+    }
+
+    /// What the last claimed start counted (read by the shim right after `on_op_start`).
+    pub fn take_receipt(&mut self) -> Receipt {
+        std::mem::take(&mut self.receipt)
+    }
+
+    /// Takes back what a call counted at its start ([`Receipt`]): the call raised. Counts that
+    /// overflowed stay unavailable.
+    pub fn undo(&mut self, receipt: Receipt) {
+        let Some(stats) = self.ops.get_mut(receipt.op as usize) else { return };
+        if !receipt.valid {
+            return;
+        }
+        stats.calls = stats.calls.saturating_sub(1);
+        let flops = receipt.flops;
+        if flops == 0 {
+            return;
+        }
+        stats.flops = stats.flops.saturating_sub(flops);
+        if let Some(slot) = self.categories.get_mut(receipt.category as usize) {
+            if *slot != u64::MAX {
+                *slot = slot.saturating_sub(flops);
+            }
+        }
+        self.total.flops = self.total.flops.saturating_sub(flops);
+        if let Some(phase) = self.phases.get_mut(receipt.phase as usize) {
+            phase.flops = phase.flops.saturating_sub(flops);
+        }
+        self.scopes.sub_flops(receipt.scope, flops);
     }
 
     /// An operator on a thread the session does not count: the report says work was missed
     /// when it does arithmetic. Nothing is pending (the shim reports no end).
     fn on_unfollowed(&mut self, op: usize, interposed: bool) -> Decision {
+        // Nothing is counted, nothing waits: the shim reports neither end nor abort.
         match self.ops[op].class {
-            _ if interposed => Decision::Descend,
-            Class::Transparent => Decision::Descend,
+            _ if interposed => Decision::DESCEND,
+            Class::Transparent => Decision::DESCEND,
             Class::Formula(_) | Class::Custom | Class::Uncounted => {
                 *self.unfollowed.entry(op).or_insert(0) += 1;
                 self.total.incomplete = true;
-                Decision::Skip
+                Decision::SKIP
             }
-            Class::Ignored(_) | Class::Internal => Decision::Skip,
+            Class::Ignored(_) | Class::Internal => Decision::SKIP,
         }
     }
 
@@ -413,9 +482,7 @@ impl Session {
         }
         self.ops[op].calls += 1;
         match outcome {
-            Outcome::Calls => {}
             Outcome::Uncounted => self.mark_incomplete(scope, phase),
-            Outcome::Counted(category, flops) => self.count(op, category, scope, phase, flops),
             Outcome::Overflow(category) => self.overflow(op, category, scope, phase),
             Outcome::Failed(error) => {
                 let stats = &mut self.ops[op];
@@ -876,11 +943,25 @@ mod tests {
                 None => call as *const Call as usize,
             };
             let start = OpCall { key, token: 1, phase, sequence: -1, interposed: false, origin: Origin::Followed };
-            match session.on_op_start(start, call) {
-                Decision::Descend => run(session, &call.children, phase),
-                _ => session.on_op_end(1, true, call),
+            if finish(session, start, call, true) == Decision::DESCEND {
+                run(session, &call.children, phase);
             }
         }
+    }
+
+    const SKIP_KERNEL: Decision = Decision(Decision::SKIP.0 | Decision::KERNEL);
+
+    /// One call as the shim handles it: its start, then, for a claimed call, its end when the
+    /// core waits for it, or its abort (`completed == false`) when the core counted it at once.
+    fn finish(session: &mut Session, start: OpCall, event: &dyn OpEvent, completed: bool) -> Decision {
+        let decision = session.on_op_start(start, event);
+        let receipt = session.take_receipt();
+        if decision.is_pending() {
+            session.on_op_end(start.token, completed, event);
+        } else if decision.skips() && !completed {
+            session.undo(receipt);
+        }
+        decision
     }
 
     fn mm_args(s: &mut Vec<i64>) {
@@ -1095,8 +1176,7 @@ mod tests {
         s.on_op_start(at(composite), &a);
         let b =
             Call { name: Some("mylib::thing"), own_kernel: true, inputs: vec![], outputs: vec![], children: vec![] };
-        assert_eq!(s.on_op_start(at(&with_kernel), &b), Decision::Skip);
-        s.on_op_end(1, true, &b);
+        assert_eq!(finish(&mut s, at(&with_kernel), &b, true), Decision(Decision::SKIP.0 | Decision::PENDING));
         let r = report(s);
         assert_eq!(r.total.status, Status::Partial);
     }
@@ -1110,7 +1190,7 @@ mod tests {
         s.scopes_mut().push("Net.fc");
         let call = |s: &mut Session, phase, sequence| {
             let start = OpCall { key, token: 1, phase, sequence, interposed: false, origin: Origin::Followed };
-            assert_eq!(s.on_op_start(start, &mm), Decision::SkipKernel);
+            assert_eq!(s.on_op_start(start, &mm), SKIP_KERNEL);
             s.on_op_end(1, true, &mm);
         };
         call(&mut s, Phase::Forward, 7);
@@ -1156,16 +1236,25 @@ mod tests {
             interposed: false,
             origin: Origin::Followed,
         };
-        // Thread 1 raises, thread 2 completes; their ends interleave.
-        assert_eq!(s.on_op_start(start(1), &mm), Decision::SkipKernel);
-        assert_eq!(s.on_op_start(start(2), &mm), Decision::SkipKernel);
-        s.on_op_end(1, false, &mm);
-        s.on_op_end(2, true, &mm);
-        // An end with no pending call (a claim the core failed to record) changes nothing.
+        // Thread 1's call raises after thread 2's started: counted at their starts, the raising
+        // one is taken back by its receipt.
+        s.scopes_mut().push("Net");
+        assert_eq!(s.on_op_start(start(1), &mm), SKIP_KERNEL);
+        let raised = s.take_receipt();
+        assert_eq!(s.on_op_start(start(2), &mm), SKIP_KERNEL);
+        assert!(raised.valid && raised.flops == 120);
+        s.undo(raised);
+        // An end with no pending call, or an invalid receipt, changes nothing.
         s.on_op_end(3, true, &mm);
+        s.undo(Receipt::default());
+        // An ignored call that raises is not a call either.
+        let view = OpCall { key: "aten::view".as_ptr() as usize, ..start(1) };
+        assert_eq!(finish(&mut s, view, &op("aten::view", true, |_| {}, vec![]), false), SKIP_KERNEL);
         let r = report(s);
         assert_eq!(r.total, MetricResult::complete(120, "workload"));
         assert_eq!(r.operator_calls["aten.mm"], 1);
+        assert_eq!((r.by_module["Net"], r.by_category["matmul"], r.by_phase["forward"].value), (120, 120, Some(120)));
+        assert!(r.ignored_operators.is_empty());
     }
 
     #[test]
@@ -1182,7 +1271,7 @@ mod tests {
                 interposed: false,
                 origin: Origin::Followed,
             };
-            assert_ne!(s.on_op_start(start, event), Decision::Descend);
+            assert_ne!(s.on_op_start(start, event), Decision::DESCEND);
             s.on_op_end(1, false, event);
         }
         let r = report(s);
@@ -1213,11 +1302,11 @@ mod tests {
             interposed,
             origin: Origin::Followed,
         };
-        assert_eq!(s.on_op_start(start("aten::mm", true), &mm), Decision::Descend);
-        assert_eq!(s.on_op_start(start("aten::bmm", false), &bmm), Decision::SkipKernel);
+        assert_eq!(s.on_op_start(start("aten::mm", true), &mm), Decision::DESCEND);
+        assert_eq!(s.on_op_start(start("aten::bmm", false), &bmm), SKIP_KERNEL);
         s.on_op_end(1, true, &bmm);
         // A cache hit: the wrapper answers without a kernel.
-        assert_eq!(s.on_op_start(start("aten::mm", true), &mm), Decision::Descend);
+        assert_eq!(s.on_op_start(start("aten::mm", true), &mm), Decision::DESCEND);
         let r = report(s);
         assert_eq!(r.total, MetricResult::complete(1200, "workload"));
         assert_eq!(r.operator_calls.get("aten.mm"), None);
@@ -1227,11 +1316,12 @@ mod tests {
     #[test]
     fn only_aten_kernels_open_to_their_autograd_layer() {
         let cases = [
-            ("aten::mm", true, Decision::SkipKernel),
+            ("aten::mm", true, SKIP_KERNEL),
             // A composite with a formula: what it calls are its decomposition.
-            ("aten::mm", false, Decision::Skip),
-            ("mylib::fused", true, Decision::Skip),
-            ("aten::view", true, Decision::SkipKernel),
+            ("aten::mm", false, Decision::SKIP),
+            // Uncounted: waits for its end before marking the total partial.
+            ("mylib::fused", true, Decision(Decision::SKIP.0 | Decision::PENDING)),
+            ("aten::view", true, SKIP_KERNEL),
         ];
         for (name, own_kernel, expected) in cases {
             let mut s = Session::new(Config::default());
@@ -1244,8 +1334,7 @@ mod tests {
                 interposed: false,
                 origin: Origin::Followed,
             };
-            assert_eq!(s.on_op_start(start, &event), expected, "{name}");
-            s.on_op_end(1, true, &event);
+            assert_eq!(finish(&mut s, start, &event, true), expected, "{name}");
         }
     }
 
@@ -1277,15 +1366,15 @@ mod tests {
             interposed: false,
             origin,
         };
-        assert_eq!(s.on_op_start(start("aten::mm", Origin::Followed), &mm), Decision::SkipKernel);
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Followed), &mm), SKIP_KERNEL);
         s.on_op_end(1, true, &mm);
         // A thread pool's mm twice and a view: nothing pending, the mm calls reported.
-        assert_eq!(s.on_op_start(start("aten::mm", Origin::Unfollowed), &mm), Decision::Skip);
-        assert_eq!(s.on_op_start(start("aten::mm", Origin::Unfollowed), &mm), Decision::Skip);
-        assert_eq!(s.on_op_start(start("aten::view", Origin::Unfollowed), &view), Decision::Skip);
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Unfollowed), &mm), Decision::SKIP);
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Unfollowed), &mm), Decision::SKIP);
+        assert_eq!(s.on_op_start(start("aten::view", Origin::Unfollowed), &view), Decision::SKIP);
         // Counted on another thread (threads="all"): in no module.
         s.scopes_mut().push("Net");
-        assert_eq!(s.on_op_start(start("aten::mm", Origin::Foreign), &mm), Decision::SkipKernel);
+        assert_eq!(s.on_op_start(start("aten::mm", Origin::Foreign), &mm), SKIP_KERNEL);
         s.on_op_end(1, true, &mm);
         let r = report(s);
         assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(240)));
