@@ -372,8 +372,9 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
   int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
   ffi::Receipt receipt{};
-  uint8_t decision = ffi::on_op_start(slot, generation, key, token, backward, sequence,
-                                      kind == CallKind::Interposed, static_cast<uint8_t>(origin), event, receipt);
+  ffi::OpStart start{slot, generation, key, token, backward, sequence, kind == CallKind::Interposed,
+                     static_cast<uint8_t>(origin)};
+  uint8_t decision = ffi::on_op_start(start, event, receipt);
   if (decision & kSkip) push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0, receipt);
 }
 

@@ -47,6 +47,21 @@ mod bridge {
         flops: u64,
     }
 
+    /// Where an operator event comes from (`session::OpCall`, with the session's slot).
+    struct OpStart {
+        slot: usize,
+        generation: u64,
+        /// The operator: the address of its schema's name.
+        key: usize,
+        /// The calling thread's frame.
+        token: usize,
+        backward: bool,
+        sequence: i64,
+        interposed: bool,
+        /// `session::Origin`.
+        origin: u8,
+    }
+
     struct OpenedSession {
         handle: i64,
         slot: usize,
@@ -63,18 +78,8 @@ mod bridge {
         fn push_scope(handle: i64, label: &str) -> Result<()>;
         fn pop_scope(handle: i64) -> Result<()>;
         fn live_sessions() -> usize;
-        fn on_op_start(
-            slot: usize,
-            generation: u64,
-            key: usize,
-            token: usize,
-            backward: bool,
-            sequence: i64,
-            interposed: bool,
-            origin: u8,
-            event: &OpEvent,
-            receipt: &mut Receipt,
-        ) -> u8;
+        /// An operator starts; returns the `session::Decision` bits.
+        fn on_op_start(start: &OpStart, event: &OpEvent, receipt: &mut Receipt) -> u8;
         /// The end of a call `on_op_start` left pending; `completed`: it returned, it did not raise.
         fn on_op_end(slot: usize, generation: u64, token: usize, completed: bool, event: &OpEvent);
         /// A call counted at its start raised: take its count back.
@@ -128,7 +133,7 @@ mod bridge {
     }
 }
 
-use bridge::{ArgTag, EventDescription, OpEvent, OpenedSession, Receipt};
+use bridge::{ArgTag, EventDescription, OpEvent, OpStart, OpenedSession, Receipt};
 
 const _: () = {
     assert!(ArgTag::None.repr == args::TAG_NONE);
@@ -211,18 +216,8 @@ impl crate::session::OpEvent for Event<'_> {
     }
 }
 
-fn on_op_start(
-    slot: usize,
-    generation: u64,
-    key: usize,
-    token: usize,
-    backward: bool,
-    sequence: i64,
-    interposed: bool,
-    origin: u8,
-    event: &OpEvent,
-    receipt: &mut Receipt,
-) -> u8 {
+fn on_op_start(start: &OpStart, event: &OpEvent, receipt: &mut Receipt) -> u8 {
+    let &OpStart { slot, generation, key, token, backward, sequence, interposed, origin } = start;
     let phase = if backward { Phase::Backward } else { Phase::Forward };
     let call = OpCall { key, token, phase, sequence, interposed, origin: Origin::from_u8(origin) };
     let mut counted = session::Receipt::default();

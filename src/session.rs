@@ -347,7 +347,16 @@ impl Session {
                     self.cache.insert(key, op);
                     op
                 }
-                None => return Decision::DESCEND,
+                None => {
+                    // Not an operator: a custom autograd Function's forward (torch.compile's
+                    // CompiledFunction among them) carries the number of the node it creates,
+                    // whose backward belongs to the module it runs in.
+                    if phase == Phase::Forward && origin == Origin::Followed {
+                        let scope = self.scopes.current();
+                        self.scopes.remember_sequence(sequence, scope);
+                    }
+                    return Decision::DESCEND;
+                }
             },
         };
         if origin == Origin::Unfollowed {
@@ -1391,5 +1400,28 @@ mod tests {
         assert!(Config::from_json(r#"{"threads": "all"}"#).unwrap().all_threads);
         assert!(!Config::from_json(r#"{"threads": "current"}"#).unwrap().all_threads);
         assert!(Config::from_json(r#"{"threads": "some"}"#).is_err());
+    }
+
+    #[test]
+    fn a_node_created_by_a_function_event_belongs_to_its_module() {
+        // A custom autograd Function's forward event (not an operator) creates node 17 in
+        // Net; the node's backward work is Net's.
+        let mut s = Session::new(Config::default());
+        let function = Call { name: None, own_kernel: false, inputs: vec![], outputs: vec![], children: vec![] };
+        s.scopes_mut().push("Net");
+        let start = OpCall {
+            key: 1,
+            token: 1,
+            phase: Phase::Forward,
+            sequence: 17,
+            interposed: false,
+            origin: Origin::Followed,
+        };
+        assert_eq!(s.on_op_start(start, &function), Decision::DESCEND);
+        s.scopes_mut().pop();
+        let mm = op("aten::mm", true, mm_args, vec![]);
+        let backward = OpCall { key: "aten::mm".as_ptr() as usize, phase: Phase::Backward, ..start };
+        finish(&mut s, backward, &mm, true);
+        assert_eq!(report(s).by_module["Net"], 120);
     }
 }

@@ -380,7 +380,10 @@ class _ModuleLabels:
             return
         entry = self._names.get(id(module))
         if entry is None:
-            if not self._open_roots or _is_compiler_artifact(module):
+            if not self._open_roots or (self._stack and isinstance(module, torch.fx.GraphModule)):
+                # A graph module called inside a labelled call that does not own it is built by
+                # a compiler or a control-flow operator (AOTAutograd's forward, torch.cond's
+                # branches): not one of the user's modules.
                 return
             self._name_tree(module, _root_name(module))
             entry = self._names[id(module)]
@@ -448,9 +451,3 @@ def _module_post_hook(module: nn.Module, args: Any, output: Any) -> None:
         return
     for labels in reversed(_labellers):
         labels.post(module)
-
-
-def _is_compiler_artifact(module: nn.Module) -> bool:
-    """A module that compiled code builds and calls at run time (AOTAutograd's ``<lambda>``
-    graph modules): not one of the user's modules."""
-    return isinstance(module, torch.fx.GraphModule) and not type(module).__name__.isidentifier()

@@ -1,0 +1,498 @@
+"""torch.compile: compiled code is counted as it runs, its tracing never is.
+
+Backends that run ATen operators (``eager``, ``aot_eager``) count exactly what eager mode counts,
+from the first call on; inductor's generated kernels cannot be seen, and each run of an inductor
+graph is reported. torchscan adds no graph break and no recompile.
+
+The reference network is Sequential(Linear(8, 16), GELU(), LayerNorm(16), Linear(16, 4)) on
+x = [2, 8]; the constants below are its pieces, computed by hand from the shapes.
+"""
+
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.utils import counters
+
+import torchscan
+
+# torch.compile warns that global module hooks (torchscan's, while a measurement runs) also fire
+# for the OptimizedModule wrapper; torchscan labels the wrapper as the module it wraps.
+pytestmark = pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)` when there are global hooks")
+
+BACKENDS = ["eager", "aot_eager"]
+
+MM1 = 2 * 2 * 8 * 16  # addmm [2,8] @ [8,16] = 512 (the product; the bias add is not priced apart)
+GELU = 2 * 16  # one per element of [2,16] = 32
+LAYER_NORM = 5 * 2 * 16  # five per element of [2,16] = 160
+MM2 = 2 * 2 * 16 * 4  # addmm [2,16] @ [16,4] = 256
+FORWARD = MM1 + GELU + LAYER_NORM + MM2  # 960
+SUM = 2 * 4  # the loss: sum of the [2,4] output = 8
+# Backward of sum(net(x)) with x not requiring grad: dH2 = dOut[2,4] @ W2[4,16] and
+# dW2 = dOut^T[4,2] @ H2[2,16] (256 each), db2 = dOut summed over the batch (8),
+# native_layer_norm_backward (ten per element of [2,16]: 320), gelu_backward (32),
+# dW1 = dH1^T[16,2] @ x[2,8] (512), db1 = dH1 summed over the batch (32).
+BACKWARD_MM = 2 * 2 * 4 * 16 + 2 * 4 * 2 * 16 + 2 * 16 * 2 * 8  # 1024
+BACKWARD = BACKWARD_MM + 2 * 4 + 10 * 2 * 16 + 2 * 16 + 2 * 16  # 1416
+STEP = FORWARD + SUM + BACKWARD  # 2384
+FORWARD_OPS = {"aten.addmm": MM1 + MM2, "aten.gelu": GELU, "aten.native_layer_norm": LAYER_NORM}
+
+# AOTAutograd runs the functional, decomposed form of some operators: the same kernels and the same
+# FLOPs under another name (eval BatchNorm, MaxPool with its indices, out-of-place gradient sums).
+AOT_NAMES = {
+    "aten.native_batch_norm": "aten._native_batch_norm_legit_no_training",
+    "aten.max_pool2d": "aten.max_pool2d_with_indices",
+    "aten.add_": "aten.add",
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+
+
+def convnet():
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1, bias=False),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 4 * 4, 10, bias=False),
+        nn.Softmax(dim=1),
+    ).eval()
+
+
+class Broken(nn.Module):
+    """Linear -> ReLU | graph break | Linear: Dynamo compiles two graphs around the break."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16, bias=False)
+        self.fc2 = nn.Linear(16, 4, bias=False)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        torch._dynamo.graph_break()
+        return self.fc2(h)
+
+
+BROKEN_FORWARD = MM1 + 2 * 16 + MM2  # 800: the two products and the ReLU on [2,16]
+# dH = dOut @ W2 (256), dW2 (256), threshold_backward (32), dW1 (512); no bias.
+BROKEN_STEP = BROKEN_FORWARD + SUM + (MM2 + MM2 + 2 * 16 + MM1)  # 1864
+
+MODELS = {"mlp": (mlp, (2, 8)), "convnet": (convnet, (2, 3, 8, 8))}
+
+
+def measure(workload, **kwargs):
+    return torchscan.measure_flops(workload, **kwargs)
+
+
+def counted(workload, **kwargs):
+    report = measure(workload, **kwargs)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["diagnostics"] == []
+    return report
+
+
+def inference(model, x):
+    def workload():
+        with torch.no_grad():
+            model(x)
+
+    return workload
+
+
+def training_step(net, model, x):
+    """Grads set to None (on the eager module, which owns the parameters), forward through
+    `model` (the module or its compiled wrapper), sum, backward."""
+
+    def workload():
+        net.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+
+    return workload
+
+
+def workload_of(kind, net, model, x):
+    return inference(model, x) if kind == "inference" else training_step(net, model, x)
+
+
+def as_aot_runs(by_operator):
+    renamed = {}
+    for op, flops in by_operator.items():
+        renamed[AOT_NAMES.get(op, op)] = renamed.get(AOT_NAMES.get(op, op), 0) + flops
+    return renamed
+
+
+def assert_counts_as_eager(report, eager, backend):
+    assert report["diagnostics"] == []
+    assert report["total"] == eager["total"]
+    assert report["by_category"] == eager["by_category"]
+    assert report["by_phase"] == eager["by_phase"]
+    assert report["by_operator"] == (eager["by_operator"] if backend == "eager" else as_aot_runs(eager["by_operator"]))
+
+
+def is_user_label(label, root):
+    return label == root or label.startswith(root + ".")
+
+
+def assert_user_labels_only(by_module, root):
+    for label in by_module:
+        assert not any(s in label for s in ("_orig_mod", "OptimizedModule", "<lambda>")), label
+    assert all(is_user_label(label, root) for label in by_module), by_module
+
+
+# Tracing is not counted: backends that run ATen operators count exactly what eager mode counts.
+
+
+@pytest.mark.parametrize("kind", ["inference", "training"])
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_model_counts_what_eager_mode_counts_from_the_first_call(backend, model, kind):
+    make, shape = MODELS[model]
+    net, x = make(), torch.randn(*shape)
+    eager = counted(workload_of(kind, net, net, x))
+    if model == "mlp":
+        assert eager["total"]["value"] == (FORWARD if kind == "inference" else STEP)
+    # Compiled before the measurement, first called (traced on fake tensors, compiled) inside it.
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(3):
+        assert_counts_as_eager(measure(workload_of(kind, net, compiled, x)), eager, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_mlp_counts_the_hand_computed_operators(backend):
+    net, x = mlp(), torch.randn(2, 8)
+    compiled = torch.compile(net, backend=backend)
+    with_grad = counted(training_step(net, compiled, x))
+    assert with_grad["by_phase"]["forward"]["value"] == FORWARD + SUM
+    assert with_grad["by_phase"]["backward"]["value"] == BACKWARD
+    assert with_grad["by_category"]["matmul"] == MM1 + MM2 + BACKWARD_MM
+    no_grad = counted(inference(compiled, x))
+    assert no_grad["by_operator"] == FORWARD_OPS  # nothing renamed: addmm, gelu, native_layer_norm
+    assert no_grad["total"]["value"] == FORWARD
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["inference", "training"])
+def test_compiled_hf_bert_counts_what_eager_mode_counts(kind):
+    backend = "aot_eager"  # the backend that traces through AOTAutograd, as inductor does
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        attn_implementation="eager",
+    )
+    # No pooler: its output is unused by the loss, so eager autograd skips its backward while
+    # AOTAutograd's joint graph would run it on a zero gradient (real, but different, work).
+    model = transformers.BertModel(config, add_pooling_layer=False).eval()
+    ids = torch.randint(0, 64, (2, 8))
+
+    def run(m):
+        def workload():
+            if kind == "inference":
+                with torch.no_grad():
+                    m(input_ids=ids)
+            else:
+                model.zero_grad(set_to_none=True)
+                m(input_ids=ids).last_hidden_state.sum().backward()
+
+        return workload
+
+    eager = counted(run(model))
+    compiled = torch.compile(model, backend=backend)
+    for _ in range(2):
+        assert_counts_as_eager(measure(run(compiled)), eager, backend)
+
+
+@pytest.mark.parametrize("kind", ["inference", "training"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_model_with_a_graph_break_counts_what_eager_mode_counts(backend, kind):
+    net, x = Broken(), torch.randn(2, 8)
+    eager = counted(workload_of(kind, net, net, x))
+    assert eager["total"]["value"] == (BROKEN_FORWARD if kind == "inference" else BROKEN_STEP)
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(3):
+        assert_counts_as_eager(measure(workload_of(kind, net, compiled, x)), eager, backend)
+    assert sum(counters["graph_break"].values()) == 1  # the break is real: two graphs
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fullgraph_compiled_model_counts_what_eager_mode_counts(backend):
+    net, x = mlp(), torch.randn(2, 8)
+    compiled = torch.compile(net, backend=backend, fullgraph=True)
+    for _ in range(2):
+        assert counted(training_step(net, compiled, x))["total"]["value"] == STEP
+        assert counted(inference(compiled, x))["total"]["value"] == FORWARD
+
+
+def test_fullgraph_refusing_a_graph_break_propagates_and_leaves_nothing_behind():
+    net, x = Broken(), torch.randn(2, 8)
+    compiled = torch.compile(net, backend="aot_eager", fullgraph=True)
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        measure(inference(compiled, x))
+    assert torch.ops.torchscan.live_sessions() == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_model_compiled_and_run_before_the_measurement_counts_what_eager_mode_counts(backend):
+    net, x = mlp(), torch.randn(2, 8)
+    compiled = torch.compile(net, backend=backend)
+    training_step(net, compiled, x)()  # compiled (forward and backward) outside any measurement
+    inference(compiled, x)()  # and the no_grad variant
+    assert counted(training_step(net, compiled, x))["total"]["value"] == STEP
+    assert counted(inference(compiled, x))["total"]["value"] == FORWARD
+    with torchscan.count_flops() as counter:
+        training_step(net, compiled, x)()
+    assert counter.report()["total"]["value"] == STEP
+
+
+# torch.cond traces both branches on fake tensors and runs one.
+
+
+def test_torch_cond_counts_only_the_branch_that_ran():
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+
+    def workload(pred):
+        return lambda: torch.cond(pred, lambda x, y: torch.mm(x, y), lambda x, y: torch.mm(x, y).relu(), (a, b))
+
+    for _ in range(2):  # the first call traces both branches
+        true = counted(workload(torch.tensor(True)))
+        assert true["total"]["value"] == 2 * 2 * 3 * 4  # the mm only: 48
+        assert true["operator_calls"] == {"aten.mm": 1}
+        false = counted(workload(torch.tensor(False)))
+        assert false["total"]["value"] == 2 * 2 * 3 * 4 + 2 * 4  # mm, then relu on [2,4]: 56
+
+
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4, bias=False)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: self.fc(t), lambda t: self.fc(t).relu(), (x,))
+
+
+# x = -1 everywhere: sum over [2,3] (6), gt on the scalar (1), then the false branch: the product
+# [2,3] @ [3,4] (48) and the relu on [2,4] (8).
+GATE = 6 + 1 + 2 * 2 * 3 * 4 + 2 * 4  # 63
+
+
+def gate_runner(how):
+    net = Gate()
+    return net, net if how == "uncompiled" else torch.compile(net, backend=how)
+
+
+@pytest.mark.parametrize("how", ["uncompiled", *BACKENDS])
+def test_torch_cond_in_a_module_counts_the_branch_that_ran(how):
+    _, model = gate_runner(how)
+    x = -torch.ones(2, 3)
+    for _ in range(2):
+        report = counted(inference(model, x))
+        assert report["total"]["value"] == GATE
+        assert report["by_module"]["Gate"] == GATE
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "uncompiled",
+        "eager",
+        "aot_eager",
+    ],
+)
+def test_torch_cond_branches_get_no_label_of_their_own(how):
+    _, model = gate_runner(how)
+    report = counted(inference(model, -torch.ones(2, 3)))
+    assert report["by_module"] == {"Gate": GATE}
+
+
+# Module labels: the compiled wrapper is labelled as the module it wraps.
+
+
+@pytest.mark.parametrize("roots", ["all", "compiled"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_module_takes_the_label_of_the_module_it_wraps(backend, roots):
+    net, x = mlp(), torch.randn(2, 8)
+    eager = counted(inference(net, x))
+    assert eager["by_module"]["Sequential"] == FORWARD
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(3):
+        report = counted(inference(compiled, x), modules=None if roots == "all" else compiled)
+        # Dynamo inlines the children's calls: only the root is asserted.
+        assert report["by_module"]["Sequential"] == eager["by_module"]["Sequential"]
+        assert_user_labels_only(report["by_module"], "Sequential")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_training_step_labels_only_the_users_modules(backend):
+    net, x = mlp(), torch.randn(2, 8)
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(3):
+        assert_user_labels_only(counted(training_step(net, compiled, x))["by_module"], "Sequential")
+
+
+@pytest.mark.parametrize("roots", ["all", "compiled"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_training_step_gives_the_root_its_eager_value(backend, roots):
+    net, x = mlp(), torch.randn(2, 8)
+    eager = counted(training_step(net, net, x))
+    # Forward and backward of the module; the loss sum runs outside it.
+    assert eager["by_module"]["Sequential"] == STEP - SUM == 2376
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(3):
+        report = counted(training_step(net, compiled, x), modules=None if roots == "all" else compiled)
+        assert report["by_module"]["Sequential"] == STEP - SUM
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_model_with_a_graph_break_keeps_its_root_label(backend):
+    net, x = Broken(), torch.randn(2, 8)
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(2):
+        report = counted(inference(compiled, x))
+        assert report["by_module"]["Broken"] == BROKEN_FORWARD
+        assert_user_labels_only(report["by_module"], "Broken")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="module.compile() compiles the module's own call, global hooks included: Dynamo traces "
+    "torchscan's hooks away and the module gets no label (by_module is {})",
+)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_compiled_in_place_is_labelled_as_in_eager_mode(backend):
+    net, x = mlp(), torch.randn(2, 8)
+    net.compile(backend=backend)
+    for _ in range(2):
+        report = counted(inference(net, x))
+        assert report["total"]["value"] == FORWARD
+        assert report["by_module"] == {"Sequential": FORWARD}
+
+
+# No graph break, no recompile: Dynamo's counters are the same with and without torchscan.
+
+
+def dynamo_counts():
+    return sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+
+
+def loop_counts(net, x, backend, how):
+    """Three forwards of a freshly compiled `net`: plain, each one measured (with or without
+    `modules`), or all in one count_flops block; Dynamo's (graph breaks, unique graphs)."""
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(net, backend=backend)
+    if how == "plain":
+        for _ in range(3):
+            compiled(x)
+    elif how == "block":
+        with torchscan.count_flops():
+            for _ in range(3):
+                compiled(x)
+    else:
+        for _ in range(3):
+            measure(lambda: compiled(x), modules=compiled if how == "each_labelled" else None)
+    return dynamo_counts()
+
+
+@pytest.mark.parametrize("model", ["mlp", "broken"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torchscan_adds_no_graph_break_and_no_recompile(backend, model):
+    net, x = (mlp() if model == "mlp" else Broken()), torch.randn(2, 8)
+    plain = loop_counts(net, x, backend, "plain")
+    assert plain == ((0, 1) if model == "mlp" else (1, 2))  # the model's own breaks and graphs
+    for how in ("each", "each_labelled", "block"):
+        assert loop_counts(net, x, backend, how) == plain, how
+
+
+@pytest.mark.parametrize("model", ["mlp", "broken"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_measuring_a_model_compiled_and_run_outside_does_not_recompile_it(backend, model):
+    net, x = (mlp() if model == "mlp" else Broken()), torch.randn(2, 8)
+    compiled = torch.compile(net, backend=backend)
+    training_step(net, compiled, x)()
+    before = dynamo_counts()
+    measure(training_step(net, compiled, x))
+    assert dynamo_counts() == before
+    measure(training_step(net, compiled, x), modules=compiled)
+    with torchscan.count_flops(modules=[compiled]):
+        training_step(net, compiled, x)()
+    assert dynamo_counts() == before
+    training_step(net, compiled, x)()  # and again outside, once the hooks are gone
+    assert dynamo_counts() == before
+
+
+# Inductor: its generated kernels are invisible to the observer; each graph run is reported.
+
+
+def uncounted_runs(report):
+    diagnostics = [d for d in report["diagnostics"] if d["code"] == "uncounted_compiled_code"]
+    assert len(diagnostics) == 1, report["diagnostics"]
+    assert diagnostics[0]["operator"] == "torchscan.inductor_graph"
+    return diagnostics[0]["message"]
+
+
+@pytest.mark.slow
+def test_inductor_inference_reports_each_graph_run_and_counts_the_products():
+    net, x = mlp(), torch.randn(2, 8)
+    eager = counted(inference(net, x))
+    compiled = torch.compile(net)  # inductor: one graph, compiled by the first measured call
+    reports = [measure(inference(compiled, x)) for _ in range(3)]
+    for report in reports:
+        assert report["total"]["status"] == "partial"
+        assert report["total"]["value"] is None
+        # GELU and LayerNorm are fused into generated code; the two addmm are still dispatched.
+        assert report["total"]["known_value"] == MM1 + MM2 == eager["by_category"]["matmul"]
+        assert report["by_category"] == {"matmul": MM1 + MM2}
+        assert report["by_phase"]["forward"]["status"] == "partial"
+        assert "ran 1 time(s)" in uncounted_runs(report)
+    # The first call (compilation included) is not inflated.
+    assert len({r["total"]["known_value"] for r in reports}) == 1
+
+    def twice():
+        inference(compiled, x)()
+        inference(compiled, x)()
+
+    report = measure(twice)
+    assert report["total"]["known_value"] == 2 * (MM1 + MM2)
+    assert "ran 2 time(s)" in uncounted_runs(report)
+
+
+@pytest.mark.slow
+def test_inductor_training_step_reports_forward_and_backward_graph_runs():
+    net, x = mlp(), torch.randn(2, 8)
+    eager = counted(training_step(net, net, x))
+    assert eager["by_category"]["matmul"] == MM1 + MM2 + BACKWARD_MM == 1792
+    compiled = torch.compile(net)  # inductor: a forward graph and a backward graph
+    reports = [measure(training_step(net, compiled, x)) for _ in range(3)]
+    for report in reports:
+        assert report["total"]["status"] == "partial"
+        # Matrix products (forward addmm, backward mm) are dispatched; the loss sum runs eagerly.
+        assert report["by_category"] == {"matmul": eager["by_category"]["matmul"], "reduction": SUM}
+        assert report["total"]["known_value"] == MM1 + MM2 + BACKWARD_MM + SUM == 1800
+        assert report["by_phase"]["forward"]["known_value"] == MM1 + MM2 + SUM
+        assert report["by_phase"]["backward"]["known_value"] == BACKWARD_MM
+        assert {p["status"] for p in report["by_phase"].values()} == {"partial"}
+        assert "ran 2 time(s)" in uncounted_runs(report)  # the forward graph and the backward graph
+    assert len({r["total"]["known_value"] for r in reports}) == 1
+
+    def two_steps():
+        training_step(net, compiled, x)()
+        training_step(net, compiled, x)()
+
+    report = measure(two_steps)
+    assert report["total"]["known_value"] == 2 * 1800
+    assert "ran 4 time(s)" in uncounted_runs(report)
