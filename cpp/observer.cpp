@@ -165,13 +165,27 @@ const c10::DispatchKeySet& backend_keys() {
   return keys;
 }
 
+// Kernels for other layouts: quantized, sparse, mkldnn, nested.
+const c10::DispatchKeySet& layout_keys() {
+  using K = c10::DispatchKey;
+  static const c10::DispatchKeySet keys({K::QuantizedCPU, K::QuantizedCUDA, K::SparseCPU, K::SparseCUDA,
+                                         K::SparseCsrCPU, K::SparseCsrCUDA, K::MkldnnCPU, K::NestedTensorCPU,
+                                         K::NestedTensorCUDA});
+  return keys;
+}
+
 bool has_own_kernel(const c10::OperatorHandle& op, const std::string& name) {
   if (op.hasKernelForAnyDispatchKey(backend_keys())) return true;
   // ATen's CompositeExplicitAutograd kernels are decompositions into dispatched operators;
   // elsewhere (a user's library) such a kernel may compute by itself, out of our sight.
   bool aten = name.rfind("aten::", 0) == 0 || name.rfind("prims::", 0) == 0;
-  return !aten && (op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-                   op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional));
+  if (aten) return false;
+  // Outside ATen, an operator with kernels for other layouts only (quantized::linear for
+  // QuantizedCPU) computes by itself too. (ATen operators with such kernels stay composites for
+  // dense calls: `linear` must not become opaque for dense tensors.)
+  return op.hasKernelForAnyDispatchKey(layout_keys()) ||
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
 }
 
 }  // namespace

@@ -723,6 +723,15 @@ impl Session {
                         ),
                     ));
                 }
+                Class::Uncounted if calls > 0 && formulas::quantize::uncounted_reason(name).is_some() => {
+                    let reason = formulas::quantize::uncounted_reason(name).unwrap_or_default();
+                    diagnostics.push(op_diagnostic(
+                        "deliberately_uncounted",
+                        Severity::Warning,
+                        &packet,
+                        format!("{packet} ran {calls} time(s): {reason}; its work is not in the total"),
+                    ));
+                }
                 Class::Uncounted if calls > 0 => {
                     diagnostics.push(op_diagnostic(
                         "uncounted_operator",
@@ -1423,5 +1432,15 @@ mod tests {
         let backward = OpCall { key: "aten::mm".as_ptr() as usize, phase: Phase::Backward, ..start };
         finish(&mut s, backward, &mm, true);
         assert_eq!(report(s).by_module["Net"], 120);
+    }
+
+    #[test]
+    fn integer_kernels_are_deliberately_uncounted_with_their_reason() {
+        let mut s = Session::new(Config::default());
+        run(&mut s, &[op("quantized::linear", true, |_| {}, vec![])], Phase::Forward);
+        let r = report(s);
+        assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(0)));
+        assert_eq!(r.diagnostics[0].code, "deliberately_uncounted");
+        assert!(r.diagnostics[0].message.starts_with("quantized.linear ran 1 time(s): integer multiply-accumulates"));
     }
 }

@@ -45,6 +45,13 @@ pub fn markdown() -> String {
         }
     }
     out.push_str(
+        "\n## Deliberately uncounted (the total is partial, with a `deliberately_uncounted` diagnostic)\n\n\
+         | operator | reason |\n|---|---|\n",
+    );
+    for u in super::quantize::UNCOUNTED {
+        let _ = writeln!(out, "| `{}` | {} |", u.operator, u.reason);
+    }
+    out.push_str(
         "\n## Ignored: no arithmetic (0 FLOPs, listed in `ignored_operators`)\n\n| operator | reason |\n|---|---|\n",
     );
     for ignored in IGNORED {

@@ -59,11 +59,12 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::native_channel_shuffle", "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::embedding",
         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
         "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
-        "aten::contiguous", "aten::im2col", "aten::masked_scatter",
+        "aten::contiguous", "aten::im2col", "aten::masked_scatter", "aten::int_repr",
     ],
     Allocation: [
         "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
         "aten::new_empty_strided", "aten::resize_", "aten::resize_as_", "aten::set_", "aten::empty_permuted",
+        "aten::_empty_affine_quantized", "aten::_empty_per_channel_affine_quantized",
     ],
     Creation: [
         "aten::zeros", "aten::_efficientzerotensor", "aten::zeros_like", "aten::ones", "aten::ones_like", "aten::full", "aten::full_like",
@@ -72,5 +73,9 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::randn", "aten::rand", "aten::bernoulli", "aten::bernoulli_", "aten::randint", "aten::randperm",
         "aten::linspace", "aten::eye",
     ],
-    Metadata: ["aten::size", "aten::stride", "aten::_local_scalar_dense", "aten::is_same_size"],
+    Metadata: [
+        "aten::size", "aten::stride", "aten::_local_scalar_dense", "aten::is_same_size", "aten::q_scale",
+        "aten::q_zero_point", "aten::q_per_channel_scales", "aten::q_per_channel_zero_points",
+        "aten::q_per_channel_axis", "aten::qscheme",
+    ],
 };

@@ -15,6 +15,7 @@ pub mod matmul;
 pub mod norm;
 pub mod pointwise;
 pub mod pool;
+pub mod quantize;
 pub mod reduction;
 pub mod softmax;
 pub mod sparse;
@@ -195,6 +196,20 @@ const MHA: &Convention = &Convention {
     rule: "Q/K/V and output projections plus the QK^T and AV products, 2 FLOPs per multiply-accumulate",
     source: FLOP_COUNTER,
 };
+const QUANTIZE: &Convention = &Convention {
+    rule: "4 FLOPs per element: divide by the scale, add the zero point, round, clamp",
+    source: TORCHSCAN,
+};
+const DEQUANTIZE: &Convention =
+    &Convention { rule: "2 FLOPs per element: subtract the zero point, multiply by the scale", source: TORCHSCAN };
+const FAKE_QUANTIZE: &Convention =
+    &Convention { rule: "6 FLOPs per element: quantize (4) then dequantize (2), in floating point", source: TORCHSCAN };
+const OBSERVE_FAKE_QUANTIZE: &Convention = &Convention {
+    rule: "8 FLOPs per element: the observer's minimum and maximum (2) and fake quantization (6)",
+    source: TORCHSCAN,
+};
+const MIN_MAX: &Convention =
+    &Convention { rule: "2 FLOPs per input element: a minimum and a maximum", source: TORCHSCAN };
 const TAPS: &Convention = &Convention { rule: "1 FLOP per interpolation tap per output element", source: FVCORE };
 
 macro_rules! row {
@@ -353,6 +368,43 @@ pub static FORMULAS: &[Formula] = &[
     pointwise!("aten::softplus_backward"),
     pointwise!("aten::log_sigmoid_forward"),
     pointwise!("aten::log_sigmoid_backward"),
+    // Quantization in floating point (integer kernels of quantized models are not FLOPs).
+    row!("aten::quantize_per_tensor", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
+    row!("aten::quantize_per_tensor_dynamic", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
+    row!("aten::quantize_per_channel", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
+    row!("aten::dequantize", Pointwise, quantize::per_input_element::<2>, DEQUANTIZE),
+    row!("aten::fake_quantize_per_tensor_affine_cachemask", Pointwise, quantize::per_input_element::<6>, FAKE_QUANTIZE),
+    row!(
+        "aten::_fake_quantize_per_tensor_affine_cachemask_tensor_qparams",
+        Pointwise,
+        quantize::per_input_element::<6>,
+        FAKE_QUANTIZE
+    ),
+    row!(
+        "aten::fake_quantize_per_channel_affine_cachemask",
+        Pointwise,
+        quantize::per_input_element::<6>,
+        FAKE_QUANTIZE
+    ),
+    row!(
+        "aten::_fake_quantize_learnable_per_tensor_affine",
+        Pointwise,
+        quantize::per_input_element::<6>,
+        FAKE_QUANTIZE
+    ),
+    row!(
+        "aten::_fake_quantize_learnable_per_channel_affine",
+        Pointwise,
+        quantize::per_input_element::<6>,
+        FAKE_QUANTIZE
+    ),
+    row!("aten::_fused_moving_avg_obs_fq_helper", Pointwise, quantize::per_input_element::<8>, OBSERVE_FAKE_QUANTIZE),
+    row!(
+        "aten::_fused_moving_avg_obs_fq_helper_functional",
+        Pointwise,
+        quantize::per_input_element::<8>,
+        OBSERVE_FAKE_QUANTIZE
+    ),
     // Dropout's fused kernels: the mask multiply (the mask's random numbers are creation).
     pointwise!("aten::native_dropout"),
     pointwise!("aten::native_dropout_backward"),
@@ -424,6 +476,8 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::norm", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::linalg_vector_norm", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::logsumexp", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::aminmax", Reduction, quantize::per_input_element::<2>, MIN_MAX),
+    row!("aten::_aminmax", Reduction, quantize::per_input_element::<2>, MIN_MAX),
     // Accumulating writes.
     row!("aten::embedding_dense_backward", Reduction, reduction::one_per_source_element, ACCUMULATE),
     row!("aten::index_put", Reduction, reduction::index_put, ACCUMULATE),
@@ -597,7 +651,8 @@ mod tests {
                 },
                 f.flops,
             );
-            let per = if f.convention.rule.starts_with("3 FLOPs") { 3 } else { 1 };
+            // The rule states the count per element first ("3 FLOPs per output element ...").
+            let per: u64 = f.convention.rule.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(1);
             let per =
                 if foreach && ["addcmul", "addcdiv", "lerp"].iter().any(|k| f.operator.contains(k)) { 3 } else { per };
             assert_eq!(got, Ok(6 * per), "{}", f.operator);
