@@ -311,8 +311,9 @@ const c10::DispatchKeySet& wrapper_keys() {
 enum class CallKind { Kernel, Interposed, Fake };
 
 // How the dispatcher will treat this call: the keys of its tensors with the thread's included
-// keys, less the excluded ones (what Dispatcher::call computes).
-CallKind call_kind(const at::RecordFunction& fn) {
+// keys, less the excluded ones (what Dispatcher::call computes). Nothing here throws in practice;
+// should it, the call is taken for a kernel call rather than let anything escape the callback.
+CallKind call_kind(const at::RecordFunction& fn) noexcept try {
   const auto tls = c10::impl::tls_local_dispatch_key_set();
   // FakeTensor runs its meta kernels with Meta forced on (in_kernel_invocation_manager): shape
   // propagation (torch.compile's tracing), no work. Real meta tensors carry Meta themselves.
@@ -338,6 +339,8 @@ CallKind call_kind(const at::RecordFunction& fn) {
   // its grad transform returned): functorch's fallback unwraps it and calls the operator again.
   if (dead_wrapper && keys.has(c10::DispatchKey::FuncTorchGradWrapper)) return CallKind::Interposed;
   return keys.has_any(wrapper_keys()) ? CallKind::Interposed : CallKind::Kernel;
+} catch (...) {
+  return CallKind::Kernel;
 }
 
 // Inside a claimed ATen kernel, calls made below its autograd layer run with the autograd keys

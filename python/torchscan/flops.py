@@ -261,7 +261,9 @@ def _roots(modules: object) -> list[nn.Module] | None:
 
 
 def _config(custom_mapping: object, threads: object) -> _Config:
-    if not isinstance(threads, str) or threads not in ("current", "all"):
+    if not isinstance(threads, str):
+        raise TypeError(f'threads must be "current" or "all", got {type(threads).__name__}')
+    if threads not in ("current", "all"):
         raise ValueError(f'threads must be "current" or "all", got {threads!r}')
     return _Config(_formulas(custom_mapping), "all" if threads == "all" else "current")
 
