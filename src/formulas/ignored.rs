@@ -59,7 +59,7 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::native_channel_shuffle", "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::embedding",
         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
         "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
-        "aten::contiguous", "aten::im2col", "aten::masked_scatter", "aten::int_repr",
+        "aten::contiguous", "aten::im2col", "aten::masked_scatter", "aten::int_repr", "aten::_pin_memory",
     ],
     Allocation: [
         "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
@@ -76,6 +76,6 @@ pub static IGNORED: &[Ignored] = ignore_table! {
     Metadata: [
         "aten::size", "aten::stride", "aten::_local_scalar_dense", "aten::is_same_size", "aten::q_scale",
         "aten::q_zero_point", "aten::q_per_channel_scales", "aten::q_per_channel_zero_points",
-        "aten::q_per_channel_axis", "aten::qscheme",
+        "aten::q_per_channel_axis", "aten::qscheme", "aten::is_pinned",
     ],
 };
