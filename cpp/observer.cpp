@@ -58,6 +58,19 @@ using Buffer = std::vector<int64_t>;
 // One per thread: reused, so encoding arguments allocates only while it grows.
 thread_local Buffer t_buffer;
 
+}  // namespace
+
+// The operator's own arguments. A boxed call (functorch's fallbacks, the older vmap's loop over
+// rows) hands RecordFunction its whole stack, with the caller's values below the arguments.
+c10::ArrayRef<const c10::IValue> arguments(const at::RecordFunction& fn) {
+  auto inputs = fn.inputs();
+  std::size_t n = fn.num_inputs();
+  if (n < inputs.size()) inputs = inputs.slice(inputs.size() - n);
+  return inputs;
+}
+
+namespace {
+
 // (dtype, ndim, sizes...) of a defined, strided-or-sparse tensor; false for the others.
 bool push_tensor_record(const at::Tensor& t, Buffer& out) {
   if (!t.defined() || t.is_nested()) return false;
@@ -203,6 +216,8 @@ EventDescription describe(const OpEvent& event) noexcept {
       return d;
     }
     d.has_own_kernel = has_own_kernel(*op, name->name);
+    d.explicit_composite = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+                           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
     if (op->hasSchema()) {
       for (const auto& arg : op->schema().arguments()) {
         if (!arg.kwarg_only()) ++d.positional_args;
@@ -218,7 +233,7 @@ rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept {
   Buffer& out = t_buffer;
   out.clear();
   try {
-    for (const auto& v : event.fn->inputs()) encode(v, out);
+    for (const auto& v : arguments(*event.fn)) encode(v, out);
   } catch (...) {
     out.clear();  // an empty stream: the formula reports the missing arguments
   }
@@ -327,7 +342,7 @@ CallKind call_kind(const at::RecordFunction& fn) noexcept try {
       dead_wrapper = dead_wrapper || (wrapper != nullptr && !wrapper->is_alive());
     }
   };
-  for (const auto& v : fn.inputs()) {
+  for (const auto& v : ffi::arguments(fn)) {
     if (v.isTensor()) {
       add(v.toTensor());
     } else if (v.isTensorList()) {

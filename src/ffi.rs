@@ -33,6 +33,8 @@ mod bridge {
         is_op: bool,
         name: String,
         has_own_kernel: bool,
+        /// A CompositeExplicitAutograd kernel: a decomposition that runs below autograd.
+        explicit_composite: bool,
         positional_args: usize,
     }
 
@@ -203,8 +205,9 @@ struct Event<'a>(&'a OpEvent);
 
 impl crate::session::OpEvent for Event<'_> {
     fn describe(&self) -> Option<OpDescription> {
-        let EventDescription { is_op, name, has_own_kernel, positional_args } = bridge::describe(self.0);
-        is_op.then_some(OpDescription { name, has_own_kernel, positional_args })
+        let EventDescription { is_op, name, has_own_kernel, explicit_composite, positional_args } =
+            bridge::describe(self.0);
+        is_op.then_some(OpDescription { name, has_own_kernel, explicit_composite, positional_args })
     }
 
     fn read_inputs(&self, out: &mut Vec<i64>) {

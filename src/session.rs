@@ -38,6 +38,9 @@ pub struct OpDescription {
     /// Whether a backend kernel (CPU, CUDA, ...) implements it directly, as opposed to a
     /// composite made of other dispatched operators.
     pub has_own_kernel: bool,
+    /// Whether its decomposition is a CompositeExplicitAutograd kernel, which runs below its own
+    /// autograd kernel (unlike a CompositeImplicitAutograd one, which autograd sees through).
+    pub explicit_composite: bool,
     /// Schema arguments before the keyword-only ones (custom formulas receive these).
     pub positional_args: usize,
 }
@@ -523,11 +526,16 @@ impl Session {
     fn add_op(&mut self, description: OpDescription, class: Class) -> usize {
         let op = self.ops.len();
         let existing = self.op_by_name.get(&description.name).copied();
+        // Calls made inside it with autograd live come from its autograd layer, not from a
+        // decomposition: true of ATen operators with a backend kernel, or with a
+        // CompositeExplicitAutograd one (mul.Scalar: its decomposition runs below its autograd
+        // kernel), not of CompositeImplicitAutograd ones, whose decomposition runs with autograd
+        // live (max_pool2d calling max_pool2d_with_indices).
         let aten = description.name.starts_with("aten::") || description.name.starts_with("prims::");
         self.ops.push(OpStats {
             name: description.name.clone(),
             class,
-            kernel: aten && description.has_own_kernel,
+            kernel: aten && (description.has_own_kernel || description.explicit_composite),
             positional_args: description.positional_args,
             calls: 0,
             flops: 0,
@@ -941,6 +949,7 @@ mod tests {
             self.name.map(|n| OpDescription {
                 name: n.to_string(),
                 has_own_kernel: self.own_kernel,
+                explicit_composite: false,
                 positional_args: 2,
             })
         }

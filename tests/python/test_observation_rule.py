@@ -18,8 +18,14 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+    set_checkpoint_early_stop,
+)
 
 import torchscan
 
@@ -248,3 +254,320 @@ def test_checkpoint_stopped_after_a_kernel_ran_is_the_rules_exception():
 def test_vjp():
     net, x = mlp(), torch.randn(2, 8)
     assert_matches_log(lambda: vjp(net, x)[1](torch.ones(2, 4)))
+
+
+# A transformer block: nn.TransformerEncoderLayer in train mode, so that the slow path runs with
+# its separate operators (in eval mode under no_grad the fused _transformer_encoder_layer_fwd
+# runs instead). On the CPU its attention is _scaled_dot_product_flash_attention_for_cpu.
+
+
+def _addmm(ins, out):
+    (m, k), (_, n) = ins[1], ins[2]  # bias, mat1, mat2: the bias is not counted
+    return 2 * m * k * n
+
+
+def _attention(ins, out):
+    # q [B, H, s_q, d_q], k [B, H, s_k, d_q], v [B, H, s_k, d_v]: the QK^T and AV products.
+    (*bh, s_q, d_q), (*_, s_k, _), (*_, d_v) = ins[0], ins[1], ins[2]
+    return 2 * _numel(bh) * s_q * s_k * (d_q + d_v)
+
+
+def _attention_backward(ins, out):
+    # grad_out, q, k, v, ...: four products and the recomputed QK^T.
+    (*bh, s_q, d_q), (*_, s_k, _), (*_, d_v) = ins[1], ins[2], ins[3]
+    return 2 * _numel(bh) * s_q * s_k * (3 * d_q + 2 * d_v)
+
+
+def _layer_norm(ins, out):
+    assert len(ins) == 3, "the block's norms have weight and bias"  # input, weight, bias
+    return 5 * _numel(ins[0])
+
+
+def _layer_norm_backward(ins, out):
+    assert len(ins) == 6, "the block's norms have weight and bias"  # grad, input, mean, rstd, w, b
+    return 2 * 5 * _numel(ins[0])
+
+
+def _pointwise(ins, out):
+    return _numel(out)
+
+
+def _per_input_element(ins, out):
+    return _numel(ins[0])
+
+
+BLOCK_PRICES = {
+    **PRICES,
+    "aten.addmm": _addmm,
+    "aten._scaled_dot_product_flash_attention_for_cpu": _attention,
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward": _attention_backward,
+    "aten.native_layer_norm": _layer_norm,
+    "aten.native_layer_norm_backward": _layer_norm_backward,
+    "aten._softmax": lambda ins, out: 5 * _numel(out),
+    **{f"aten.{op}": _pointwise for op in ("sub", "div", "exp", "neg", "pow", "eq", "isneginf")},
+    **{f"aten.{op}": _per_input_element for op in ("mean", "amax", "all")},
+}
+BLOCK_NO_ARITHMETIC = NO_ARITHMETIC | {
+    "aten._to_copy",
+    "aten.clone",
+    "aten.copy_",
+    "aten.scalar_tensor",
+    "aten.select_backward",
+    "aten.stack",
+    "aten.to",
+    "aten.where",
+}
+# Names under which the same arithmetic reaches the log and the measurement, run apart:
+# - in place or not: under a Python dispatch mode (the log) and for torch.func's wrappers,
+#   isTensorSubclassLike holds and PyTorch's composite-compliant branches take the out-of-place
+#   variant (at::linear adds its bias with `add`, not `add_`; forward-AD formulas multiply with
+#   `mul`, not `mul_`), one call for one call, same output;
+# - an efficient zero tensor (the zero tangent of a parameter) is added or multiplied through
+#   the operator's Python reference, whose arithmetic is the prims call the log sees: torchscan
+#   claims the aten call and counts it once (the profiler shows prims::add inside aten::add).
+SAME_ARITHMETIC = {
+    "aten.add_": "aten.add",
+    "aten.mul_": "aten.mul",
+    "aten.div_": "aten.div",
+    "prims.add": "aten.add",
+    "prims.mul": "aten.mul",
+}
+
+
+def _kernels(name, ins, out):
+    """The priced kernels behind one logged call: [(operator, FLOPs)]."""
+    if name == "aten._safe_softmax":
+        # CompositeExplicitAutograd: the mode sees the composite, below it ran softmax, isneginf,
+        # all over the row and where (a selection): torchscan counts that decomposition.
+        n = _numel(ins[0])
+        return [("aten._softmax", 5 * n), ("aten.isneginf", n), ("aten.all", n)]
+    name = SAME_ARITHMETIC.get(name, name)
+    if name in BLOCK_PRICES:
+        return [(name, BLOCK_PRICES[name](ins, out))]
+    assert name in BLOCK_NO_ARITHMETIC, f"the log shows {name}, which this test cannot price"
+    return []
+
+
+def block_logged(workload):
+    with DispatchLog() as log:
+        workload()
+    calls, flops = Counter(), Counter()
+    for name, ins, out in log.calls:
+        for op, cost in _kernels(name, ins, out):
+            calls[op] += 1
+            flops[op] += cost
+    return dict(calls), dict(flops)
+
+
+def block_measured(workload, **kwargs):
+    report = torchscan.measure_flops(workload, **kwargs)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    calls, flops = Counter(), Counter()
+    for op, n in report["operator_calls"].items():
+        calls[SAME_ARITHMETIC.get(op, op)] += n
+    for op, n in report["by_operator"].items():
+        flops[SAME_ARITHMETIC.get(op, op)] += n
+    assert sum(flops.values()) == report["total"]["value"]
+    return dict(calls), dict(flops), report
+
+
+def assert_block_matches_log(workload):
+    calls, flops = block_logged(workload)
+    measured_calls, measured_flops, report = block_measured(workload)
+    assert measured_calls == calls
+    assert measured_flops == flops
+    return report
+
+
+def block():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    return layer.train()
+
+
+def block_input(requires_grad=False):
+    return torch.randn(2, 4, 16, requires_grad=requires_grad)
+
+
+def test_block_forward_and_training_step():
+    net, x = block(), block_input()
+    report = assert_block_matches_log(lambda: net(x))
+    # in_proj mm 12288 (x [8,16] @ [16,48]); out_proj, linear1, linear2 addmm 4096 + 8192 + 8192;
+    # attention 2048; two norms 2 * 640; relu 256; the in_proj bias 384 and two residual adds 256.
+    assert report["total"]["value"] == 36992
+    report = assert_block_matches_log(step_of(net, x))
+    calls = report["operator_calls"]
+    assert calls["aten.mm"] == 8  # 1 forward, 7 weight and input gradients
+    assert calls["aten.native_layer_norm_backward"] == 2
+    assert calls["aten._scaled_dot_product_flash_attention_for_cpu_backward"] == 1
+
+
+def math_attention(workload):
+    # The CPU flash kernel has no forward-mode formula: forward AD needs the math attention, whose
+    # decomposition (bmm, _safe_softmax, ...) the tangents go through.
+    def run():
+        with sdpa_kernel(SDPBackend.MATH):
+            workload()
+
+    return run
+
+
+def test_block_jvp():
+    net, x = block(), block_input()
+    report = assert_block_matches_log(math_attention(lambda: jvp(net, (x,), (torch.ones_like(x),))))
+    # The in_proj product (on the [4,2,16] sequence-first input) and the two attention products,
+    # each with its two tangent products (the weight's zero tangent is materialized, as for the MLP).
+    assert report["operator_calls"]["aten.bmm"] == 9
+
+
+def block_dual(net, x):
+    def dual():
+        with fwAD.dual_level():
+            assert fwAD.unpack_dual(net(fwAD.make_dual(x, torch.ones_like(x)))).tangent is not None
+
+    return math_attention(dual)
+
+
+def test_block_forward_ad_dual():
+    # The math attention scales q and k^T with mul.Scalar (CompositeExplicitAutograd, with an
+    # autograd kernel of its own): its tangent, made by that autograd layer, counts too.
+    net, x = block(), block_input()
+    assert_block_matches_log(block_dual(net, x))
+
+
+def test_block_saved_tensors_hooks_land_in_the_block():
+    net, x = block(), block_input(requires_grad=True)
+
+    def forward():
+        net(x)
+
+    def hooked():
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t * 1.0, lambda t: t):
+            net(x)
+
+    plain = block_measured(forward, modules=net)[2]
+    assert "aten.mul" not in plain["operator_calls"]  # every mul below is the pack hook's
+    report = assert_block_matches_log(hooked)
+    hooked_by_module = torchscan.measure_flops(hooked, modules=net)["by_module"]
+    extra = {label: hooked_by_module[label] - flops for label, flops in plain["by_module"].items()}
+    # One mul per saved element, in the module whose forward saved it: linear1 its input [8,16]
+    # and weight [16,32]; linear2 [8,32] and [32,16]; each norm its input, weight, bias, mean and
+    # rstd (128 + 16 + 16 + 8 + 8); self_attn the in_proj mm's operands (128 + 768), q, k, v, the
+    # attention's output and logsumexp (3 * 128 + 128 + 16), the out_proj's (128 + 256); the
+    # block's own relu its result [2,4,32].
+    assert extra == {
+        "TransformerEncoderLayer": report["by_operator"]["aten.mul"],
+        "TransformerEncoderLayer.dropout": 0,
+        "TransformerEncoderLayer.dropout1": 0,
+        "TransformerEncoderLayer.dropout2": 0,
+        "TransformerEncoderLayer.linear1": 128 + 512,
+        "TransformerEncoderLayer.linear2": 256 + 512,
+        "TransformerEncoderLayer.norm1": 176,
+        "TransformerEncoderLayer.norm2": 176,
+        "TransformerEncoderLayer.self_attn": 896 + 528 + 384,
+    }
+    assert report["by_operator"]["aten.mul"] == 640 + 768 + 2 * 176 + 1808 + 256 == 3824
+
+
+def block_batched_gradient(net, x):
+    def workload():
+        torch.autograd.grad(net(x), x, torch.ones(3, 2, 4, 16), is_grads_batched=True)
+
+    return workload
+
+
+# The legacy vmap has no batch rule for flash attention's and layer norm's backward: its fallback
+# runs them once per gradient row, handing RecordFunction its whole stack (the batched arguments
+# below the row's); the observer reads the operator's own arguments, so each row's kernel counts.
+def test_block_input_gradient_batched_with_is_grads_batched():
+    net, x = block(), block_input(requires_grad=True)
+    assert_block_matches_log(block_batched_gradient(net, x))
+
+
+def test_block_checkpoint_stops_after_the_last_layer_norm():
+    """The block's last saved tensor is norm2's rstd, an output: the rerun's stop is raised from its
+    pack hook after the kernel ran (the log sees it), and rule 1 does not count that layer norm."""
+    net, x = block(), block_input()
+    step = step_of(net, x, lambda n, t: checkpoint(n, t, use_reentrant=False))
+    calls, flops = block_logged(step)
+    measured_calls, measured_flops, _ = block_measured(step)
+    assert calls["aten.native_layer_norm"] == 4
+    calls["aten.native_layer_norm"] -= 1
+    flops["aten.native_layer_norm"] -= 5 * 128
+    assert measured_calls == calls
+    assert measured_flops == flops
+
+
+def saved_by_the_policy(name):
+    return name in ("aten.mm", "aten.addmm", "aten.bmm") or name.startswith("aten._scaled_dot_product_")
+
+
+def save_products(ctx, op, *args, **kwargs):
+    if saved_by_the_policy(f"{op.namespace}.{op._opname}"):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_checkpoint_prediction(net, x):
+    """The rule's prediction for a selective-checkpoint step, from two plain measurements.
+
+    The checkpointed forward runs the same kernels as the plain forward once (the SAC mode stores
+    the policy's results as they are computed), and the backward runs the same gradient kernels as
+    the plain step's. In between, the backward's first unpack reruns the region: each forward
+    operator the policy saves is answered from the cache (no kernel, nothing counted), each other
+    one runs its kernel again, on the same shapes. So, when the rerun goes to the end of the region,
+    the step counts the plain step plus the forward's recomputed operators, priced by a forward-only
+    measurement's by_operator restricted to them: 100096 + add 640 + native_layer_norm 1280 + relu
+    256. (Under the SAC mode, a Python mode, the in_proj bias is added out of place: SAME_ARITHMETIC
+    folds add_ into add.) Returns that total and the price of one layer norm, which an early stop
+    after the last layer norm's kernel takes off.
+    """
+    step = block_measured(step_of(net, x))[2]["total"]["value"]
+    calls, flops, _ = block_measured(lambda: net(x))
+    recomputed = {op: f for op, f in flops.items() if not saved_by_the_policy(op)}
+    assert set(recomputed) == {"aten.add", "aten.native_layer_norm", "aten.relu"}
+    one_layer_norm = flops["aten.native_layer_norm"] // calls["aten.native_layer_norm"]
+    return step + sum(recomputed.values()), one_layer_norm
+
+
+def selective_step(net, x):
+    context = functools.partial(create_selective_checkpoint_contexts, save_products)
+    return step_of(net, x, lambda n, t: checkpoint(n, t, use_reentrant=False, context_fn=context))
+
+
+def test_block_selective_checkpoint_without_early_stop():
+    """With early stop off the rerun goes to the end of the region, no operator is stopped, and the
+    prediction is exact. The SAC mode sits above a log opened outside the step, so that log sees the
+    kernels that ran and not the cache hits (a log opened inside the checkpointed function would
+    sit above the SAC mode and see every hit as a call): the measurement must also match it."""
+    net, x = block(), block_input()
+    predicted, _ = selective_checkpoint_prediction(net, x)
+    step = selective_step(net, x)
+
+    def workload():
+        with set_checkpoint_early_stop(False):
+            step()
+
+    report = assert_block_matches_log(workload)
+    assert report["operator_calls"]["aten.mm"] == 8  # the forward's mm came from the cache
+    assert report["operator_calls"]["aten.native_layer_norm"] == 4
+    assert report["total"]["value"] == predicted == 100096 + 640 + 1280 + 256
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="under selective checkpointing the layer norm whose pack hook stops the rerun is counted: "
+    "the kernel returns to the SAC mode, and that inner call counts as the wrapper's (rule 2), though "
+    "the operator was stopped (rule 1; plain checkpointing leaves it out). Predicted 100096 + 2176 - 640 "
+    "= 101632, measured 102272 (4 native_layer_norm, 3 expected)",
+)
+def test_block_selective_checkpoint():
+    """With early stop (the default) the rerun stops in the pack hook of the region's last saved
+    tensor, norm2's rstd, after that layer norm's kernel ran: rule 1 does not count it
+    (test_block_checkpoint_stops_after_the_last_layer_norm is the same stop without SAC)."""
+    net, x = block(), block_input()
+    predicted, one_layer_norm = selective_checkpoint_prediction(net, x)
+    report = block_measured(selective_step(net, x))[2]
+    assert report["operator_calls"]["aten.mm"] == 8  # the forward's mm came from the cache
+    assert report["operator_calls"]["aten.native_layer_norm"] == 3
+    assert report["total"]["value"] == predicted - one_layer_norm == 101632
