@@ -363,7 +363,7 @@ impl Session {
             },
         };
         if origin == Origin::Unfollowed {
-            return self.on_unfollowed(op, interposed);
+            return self.on_unfollowed(op, interposed, phase);
         }
         let scope = match phase {
             // Another thread's forward work happens in no module call of this session's.
@@ -468,7 +468,7 @@ impl Session {
 
     /// An operator on a thread the session does not count: the report says work was missed
     /// when it does arithmetic. Nothing is pending (the shim reports no end).
-    fn on_unfollowed(&mut self, op: usize, interposed: bool) -> Decision {
+    fn on_unfollowed(&mut self, op: usize, interposed: bool, phase: Phase) -> Decision {
         // Nothing is counted, nothing waits: the shim reports neither end nor abort.
         match self.ops[op].class {
             _ if interposed => Decision::DESCEND,
@@ -476,6 +476,7 @@ impl Session {
             Class::Formula(_) | Class::Custom | Class::Uncounted => {
                 *self.unfollowed.entry(op).or_insert(0) += 1;
                 self.total.incomplete = true;
+                self.phases[phase as usize].incomplete = true;
                 Decision::SKIP
             }
             Class::Ignored(_) | Class::Internal => Decision::SKIP,
@@ -1405,6 +1406,7 @@ mod tests {
         s.on_op_end(1, true, &mm);
         let r = report(s);
         assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(240)));
+        assert_eq!(r.by_phase["forward"].status, Status::Partial);
         assert_eq!(r.operator_calls["aten.mm"], 2);
         assert_eq!(r.by_module.get("Net").copied().unwrap_or(0), 0);
         let d: Vec<_> = r.diagnostics.iter().filter(|d| d.code == "unfollowed_threads").collect();
