@@ -296,6 +296,14 @@ struct ThreadSlot {
   int64_t last_node_sequence = -1;  // the last autograd node entered on this thread
   int claims = 0;
   std::array<Claim, kMaxClaims> claim{};
+  // Open wrapper calls (interposed: a dispatch mode, a subclass, a transform): (depth, exceptions
+  // when it started, where its receipts begin in `undo`). A wrapper call that raises did not
+  // deliver its result either, though the kernels it ran returned (selective checkpointing's
+  // caching mode runs the kernel, then the stop is raised from the wrapper call's pack hook):
+  // the counts of the kernels it ran are taken back.
+  int wrappers = 0;
+  std::array<std::array<int64_t, 3>, kMaxClaims> wrapper{};
+  std::vector<ffi::Receipt> undo;  // receipts of kernels that returned inside open wrapper calls
 };
 thread_local std::array<ThreadSlot, kSlots> t_slots;
 
@@ -407,7 +415,11 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   ffi::OpStart start{slot, generation, key, token, backward, sequence, kind == CallKind::Interposed,
                      static_cast<uint8_t>(origin)};
   uint8_t decision = ffi::on_op_start(start, event, receipt);
-  if (decision & kSkip) push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0, receipt);
+  if (decision & kSkip) {
+    push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0, receipt);
+  } else if (kind == CallKind::Interposed && st->wrappers < kMaxClaims) {
+    st->wrapper[st->wrappers++] = {st->depth, std::uncaught_exceptions(), static_cast<int64_t>(st->undo.size())};
+  }
 }
 
 void on_end(std::size_t slot, const at::RecordFunction& fn) {
@@ -424,6 +436,18 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
       ffi::on_op_end(slot, generation, reinterpret_cast<std::size_t>(st), completed, event);
     } else if (!completed && claim.receipt.valid) {
       ffi::on_op_abort(slot, generation, claim.receipt);
+    } else if (st->wrappers > 0 && claim.receipt.valid && claim.receipt.flops > 0) {
+      st->undo.push_back(claim.receipt);
+    }
+  } else if (st->wrappers > 0 && st->wrapper[st->wrappers - 1][0] == st->depth) {
+    const auto [depth, exceptions, first] = st->wrapper[--st->wrappers];
+    if (std::uncaught_exceptions() > exceptions) {
+      for (auto i = static_cast<std::size_t>(first); i < st->undo.size(); ++i) {
+        ffi::on_op_abort(slot, generation, st->undo[i]);
+      }
+      st->undo.resize(static_cast<std::size_t>(first));
+    } else if (st->wrappers == 0) {
+      st->undo.clear();
     }
   }
   if (st->depth == st->backward_from) st->backward_from = 0;

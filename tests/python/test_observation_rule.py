@@ -554,13 +554,6 @@ def test_block_selective_checkpoint_without_early_stop():
     assert report["total"]["value"] == predicted == 100096 + 640 + 1280 + 256
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="under selective checkpointing the layer norm whose pack hook stops the rerun is counted: "
-    "the kernel returns to the SAC mode, and that inner call counts as the wrapper's (rule 2), though "
-    "the operator was stopped (rule 1; plain checkpointing leaves it out). Predicted 100096 + 2176 - 640 "
-    "= 101632, measured 102272 (4 native_layer_norm, 3 expected)",
-)
 def test_block_selective_checkpoint():
     """With early stop (the default) the rerun stops in the pack hook of the region's last saved
     tensor, norm2's rstd, after that layer norm's kernel ran: rule 1 does not count it

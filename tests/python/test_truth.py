@@ -590,3 +590,31 @@ def test_cpu_peak_ignores_frees_of_blocks_from_an_earlier_measurement():
         torch.empty(500_000)  # 2 MB
 
     assert measure_peak_memory(second_workload, device="cpu")["peak_bytes"] == 2 * MB == 2_000_000
+
+
+def test_a_wrapper_call_that_raises_after_its_kernel_ran_is_not_counted():
+    """Rule 1 at the wrapper's level: the mode runs the kernel, then the call raises (as selective
+    checkpointing's stop does from the pack hook): the call did not deliver, its kernel's count is
+    taken back; a later call counts as usual."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class RaiseAfterMm(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.mm.default:
+                raise RuntimeError("stopped after the kernel")
+            return out
+
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+
+    def work():
+        with RaiseAfterMm():
+            try:
+                torch.mm(a, b)
+            except RuntimeError:
+                pass
+            torch.add(a, a)
+
+    report = torchscan.measure_flops(work)
+    assert (report["total"]["status"], report["total"]["value"]) == ("complete", 3 * 4)  # the add only
+    assert report["operator_calls"] == {"aten.add": 1}
