@@ -436,7 +436,7 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
       ffi::on_op_end(slot, generation, reinterpret_cast<std::size_t>(st), completed, event);
     } else if (!completed && claim.receipt.valid) {
       ffi::on_op_abort(slot, generation, claim.receipt);
-    } else if (st->wrappers > 0 && claim.receipt.valid && claim.receipt.flops > 0) {
+    } else if (st->wrappers > 0 && claim.receipt.valid) {
       st->undo.push_back(claim.receipt);
     }
   } else if (st->wrappers > 0 && st->wrapper[st->wrappers - 1][0] == st->depth) {

@@ -34,7 +34,7 @@ pub struct ScopeTree {
     nodes: Vec<Node>,
     children: HashMap<(u32, u32), u32>,
     stack: Vec<u32>,
-    /// (autograd sequence number, node) of forward calls, ascending.
+    /// (autograd sequence number, node) of forward calls made inside a module, ascending.
     sequences: Vec<(i64, u32)>,
 }
 
@@ -86,7 +86,7 @@ impl ScopeTree {
     /// Remembers that the forward call with autograd `sequence` ran in `node`. Sequence numbers
     /// grow with each autograd node a thread creates, so this is an append in the steady state.
     pub fn remember_sequence(&mut self, sequence: i64, node: u32) {
-        if sequence < 0 {
+        if sequence < 0 || node == ROOT {
             return;
         }
         match self.sequences.last() {

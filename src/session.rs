@@ -6,8 +6,10 @@
 //! - one without a kernel of its own (a composite) is **transparent**: its children count;
 //! - any other operator is **uncounted**: the totals become partial and a diagnostic names it.
 //!   It is never assumed free because of what its children did, so its children are skipped too.
-//! - a claim is **pending** until the operator returns: an operator that raises (or that
-//!   autograd's checkpoint stops early) is not counted (`pending.rs`);
+//! - a claim counts only if the operator returns: one that raises (or that autograd's
+//!   checkpoint stops early) is not counted. The common outcomes are counted at the start and
+//!   taken back by their [`Receipt`] if the call raises; the rest wait for the end
+//!   (`pending.rs`);
 //! - a call that a wrapper answers first (a Python dispatch mode or tensor subclass, a
 //!   torch.func transform) is not a kernel: it is transparent, and the calls the wrapper makes
 //!   (the batched kernel with its real shapes, or nothing for a cache hit) count;
