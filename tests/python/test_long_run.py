@@ -7,7 +7,6 @@ quotes them.
 
 import gc
 import os
-import statistics
 import time
 
 import pytest
@@ -21,7 +20,16 @@ pytestmark = pytest.mark.slow
 
 MB = 1024 * 1024
 RSS_BOUND = 20 * MB  # growth allowed between the end of the warm-up and the end of the run
-SLOWDOWN_BOUND = 1.5  # median time per measurement, last 1,000 over the first 1,000 after warm-up
+# Fast-end time per measurement (1st percentile of a block), last block over the first after
+# warm-up. A leak or a growing structure slows every measurement, the fast ones included; a
+# median also moves with the shared 2-core machine's slow phases (whole blocks at ~2x, in the
+# previous build as in this one), which made the check flaky.
+SLOWDOWN_BOUND = 1.5
+
+
+def fast_end(times: list[int]) -> float:
+    """The 1st percentile of `times`, in microseconds."""
+    return sorted(times)[len(times) // 100] / 1e3
 
 
 def rss_bytes():
@@ -67,16 +75,16 @@ def test_ten_thousand_measure_flops(record_property, one_intra_op_thread):
     times, rss_start, rss_end = _run(lambda: measure_flops(lambda: torch.mm(a, b)), count, warm_up, check)
     assert torch.ops.torchscan.live_sessions() == 0
     # "First 1,000 after warm-up": measurements 1,001-2,000; the last 1,000: 9,001-10,000.
-    first = statistics.median(times[warm_up : warm_up + 1_000]) / 1e3
-    last = statistics.median(times[-1_000:]) / 1e3
+    first = fast_end(times[warm_up : warm_up + 1_000])
+    last = fast_end(times[-1_000:])
     growth = rss_end - rss_start
     figures = {
         "measure_flops_count": count,
         "rss_at_1000_mib": round(rss_start / MB, 1),
         "rss_at_10000_mib": round(rss_end / MB, 1),
         "rss_growth_kib": round(growth / 1024),
-        "median_us_first_1000_after_warm_up": round(first, 1),
-        "median_us_last_1000": round(last, 1),
+        "p1_us_first_1000_after_warm_up": round(first, 1),
+        "p1_us_last_1000": round(last, 1),
         "slowdown": round(last / first, 3),
     }
     for key, value in figures.items():
@@ -101,14 +109,14 @@ def test_two_thousand_crawl_module(record_property, one_intra_op_thread):
     times, rss_start, rss_end = _run(lambda: crawl_module(model, (3, 8, 8)), count, warm_up, check)
     assert torch.ops.torchscan.live_sessions() == 0
     assert all(m.training for m in model.modules()), "training flags not restored"
-    first = statistics.median(times[warm_up : warm_up + 500]) / 1e3
-    last = statistics.median(times[-500:]) / 1e3
+    first = fast_end(times[warm_up : warm_up + 500])
+    last = fast_end(times[-500:])
     growth = rss_end - rss_start
     figures = {
         "crawl_module_count": count,
         "rss_growth_kib": round(growth / 1024),
-        "median_us_first_500_after_warm_up": round(first, 1),
-        "median_us_last_500": round(last, 1),
+        "p1_us_first_500_after_warm_up": round(first, 1),
+        "p1_us_last_500": round(last, 1),
         # PyTorch's global with_kwargs hook flag left by every call (see test_bad_input.py).
         "stale_global_hook_flags": stale_hook_flags() - stale_before,
     }
