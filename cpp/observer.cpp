@@ -267,10 +267,12 @@ std::array<std::atomic<uint64_t>, kSlots> g_owner{};
 // Which thread an event comes from (src/session.rs, Origin).
 enum class Origin : uint8_t { Followed = 0, Foreign = 1, Unfollowed = 2 };
 
-// Bits of the core's Decision (src/session.rs).
-constexpr uint8_t kSkip = 1;
-constexpr uint8_t kKernel = 4;
-constexpr uint8_t kPending = 8;
+// Bits of the core's Decision (src/session.rs), shared through the bridge.
+constexpr uint8_t kSkip = static_cast<uint8_t>(ffi::DecisionBit::Skip);
+constexpr uint8_t kKernel = static_cast<uint8_t>(ffi::DecisionBit::Kernel);
+constexpr uint8_t kPending = static_cast<uint8_t>(ffi::DecisionBit::Pending);
+constexpr uint8_t kSuppress = static_cast<uint8_t>(ffi::DecisionBit::Suppress);
+constexpr uint8_t kResume = static_cast<uint8_t>(ffi::DecisionBit::Resume);
 
 // A call whose nested calls are skipped (claimed, ignored, uncounted, or fake), until it ends.
 // The core either waits for its end (pending: a rare outcome) or counted it at its start and
@@ -295,6 +297,7 @@ struct ThreadSlot {
   int64_t backward_sequence = -1;  // the enclosing autograd node's sequence number
   int64_t last_node_sequence = -1;  // the last autograd node entered on this thread
   int claims = 0;
+  int suppressed = 0;  // open runs of priced compiled graphs: their operators are in the price
   std::array<Claim, kMaxClaims> claim{};
   // Open wrapper calls (interposed: a dispatch mode, a subclass, a transform): (depth, exceptions
   // when it started, where its receipts begin in `undo`). A wrapper call that raises did not
@@ -387,6 +390,18 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
     if (!inner.kernel || st->claims == kMaxClaims || below_autograd()) return;
     // Called by the claimed kernel's autograd layer: an operator of its own, counted below.
   }
+  if (st->suppressed > 0) {
+    // Inside a priced compiled graph's run: nothing is counted one by one, the outermost end
+    // counts the whole graph. Nested runs only move the depth.
+    const char* name = fn.name();
+    bool end = std::strcmp(name, "torchscan::compiled_end") == 0;
+    if (!end || st->suppressed > 1) {
+      if (end) --st->suppressed;
+      if (std::strcmp(name, "torchscan::compiled_begin") == 0) ++st->suppressed;
+      push_claim(st, /*pending=*/false, /*kernel=*/false, ffi::Receipt{});
+      return;
+    }
+  }
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     // An autograd node, not an operator: what runs inside it is backward work.
     if (st->backward_from == 0) {
@@ -415,6 +430,8 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   ffi::OpStart start{slot, generation, key, token, backward, sequence, kind == CallKind::Interposed,
                      static_cast<uint8_t>(origin)};
   uint8_t decision = ffi::on_op_start(start, event, receipt);
+  if (decision & kSuppress) ++st->suppressed;
+  if ((decision & kResume) && st->suppressed > 0) --st->suppressed;
   if (decision & kSkip) {
     push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0, receipt);
   } else if (kind == CallKind::Interposed && st->wrappers < kMaxClaims) {

@@ -104,6 +104,12 @@ std::string torch_version() {
 // what sessions observe; the core reports its work as uncounted compiled code.
 void inductor_graph() {}
 
+// Around each run of a compiled graph priced when it was compiled (src/priced.rs): sessions
+// observing the thread count nothing the run dispatches, and the end adds the graph's price when
+// the run completed.
+void compiled_begin() {}
+void compiled_end(int64_t /*graph*/, bool /*completed*/) {}
+
 }  // namespace
 
 namespace sessions {
@@ -134,6 +140,13 @@ std::string close(int64_t handle) {
 std::string finish(int64_t handle, const std::string& custom_flops) {
   auto report = call_core([&] { return ffi::finish_session(handle, custom_flops); });
   return std::string(report);
+}
+
+// Closes a recording session (see python/torchscan/_compiled.py) into a priced graph.
+int64_t price(int64_t handle) {
+  stop_observing(handle);
+  call_core([&] { return ffi::close_session(handle); });
+  return call_core([&] { return ffi::price_session(handle); });
 }
 
 void discard(int64_t handle) {
@@ -187,6 +200,9 @@ TORCH_LIBRARY(torchscan, m) {
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
   def("inductor_graph() -> ()", &torchscan::inductor_graph);
+  def("compiled_begin() -> ()", &torchscan::compiled_begin);
+  def("compiled_end(int graph, bool completed) -> ()", &torchscan::compiled_end);
+  def("price_session(int session) -> int", &torchscan::sessions::price);
   def("module_metrics(str calls) -> str", &torchscan::module_metrics);
   def("analysis_report(int session, str document) -> str", &torchscan::analysis_report);
   def("enter_call(int session, str module_label, str call_label) -> ()", &torchscan::enter_call);

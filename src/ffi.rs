@@ -29,6 +29,17 @@ mod bridge {
         Sparse = 9,
     }
 
+    /// The bits of `session::Decision` the shim reads (checked below at compile time).
+    #[repr(u8)]
+    enum DecisionBit {
+        Skip = 1,
+        Capture = 2,
+        Kernel = 4,
+        Pending = 8,
+        Suppress = 16,
+        Resume = 32,
+    }
+
     struct EventDescription {
         is_op: bool,
         name: String,
@@ -77,6 +88,8 @@ mod bridge {
         fn close_session(handle: i64) -> Result<String>;
         fn finish_session(handle: i64, custom_flops: &str) -> Result<String>;
         fn discard_session(handle: i64);
+        /// A closed recording session, kept as a priced compiled graph; returns the graph's id.
+        fn price_session(handle: i64) -> Result<i64>;
         fn push_scope(handle: i64, label: &str) -> Result<()>;
         fn pop_scope(handle: i64) -> Result<()>;
         fn live_sessions() -> usize;
@@ -135,7 +148,7 @@ mod bridge {
     }
 }
 
-use bridge::{ArgTag, EventDescription, OpEvent, OpStart, OpenedSession, Receipt};
+use bridge::{ArgTag, DecisionBit, EventDescription, OpEvent, OpStart, OpenedSession, Receipt};
 
 const _: () = {
     assert!(ArgTag::None.repr == args::TAG_NONE);
@@ -148,6 +161,12 @@ const _: () = {
     assert!(ArgTag::TensorList.repr == args::TAG_TENSOR_LIST);
     assert!(ArgTag::Other.repr == args::TAG_OTHER);
     assert!(ArgTag::Sparse.repr == args::TAG_SPARSE);
+    assert!(DecisionBit::Skip.repr == Decision::SKIP.0);
+    assert!(DecisionBit::Capture.repr == Decision::CAPTURE);
+    assert!(DecisionBit::Kernel.repr == Decision::KERNEL);
+    assert!(DecisionBit::Pending.repr == Decision::PENDING);
+    assert!(DecisionBit::Suppress.repr == Decision::SUPPRESS);
+    assert!(DecisionBit::Resume.repr == Decision::RESUME);
 };
 
 /// Runs `f`; a panic becomes a runtime error instead of an abort.
@@ -182,6 +201,10 @@ fn finish_session(handle: i64, custom_flops: &str) -> Result<String, String> {
         let report = registry::finish(handle, &results)?;
         Ok(serde_json::to_string(&report).unwrap_or_default())
     })
+}
+
+fn price_session(handle: i64) -> Result<i64, String> {
+    guarded(|| registry::price(handle))
 }
 
 fn discard_session(handle: i64) {

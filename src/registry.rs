@@ -118,6 +118,18 @@ pub fn finish(handle: i64, custom: &[std::result::Result<u64, String>]) -> Resul
     })
 }
 
+/// Turns a closed recording session into a priced compiled graph (`session::priced`) and frees
+/// its slot; returns the graph's id.
+pub fn price(handle: i64) -> Result<i64> {
+    with_slot(handle, |slot, handle| match slot.state.take() {
+        Some(State::Closed(session)) => Ok(crate::session::priced::register(session.into_priced())),
+        other => {
+            slot.state = other;
+            Err(Error::SessionStillOpen(handle))
+        }
+    })
+}
+
 /// Frees a session's slot whatever its state (error paths). Unknown handles are ignored.
 pub fn discard(handle: i64) {
     let _ = with_slot(handle, |slot, _| {

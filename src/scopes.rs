@@ -65,21 +65,7 @@ impl ScopeTree {
     }
 
     pub fn push(&mut self, label: &str) {
-        let label = match self.label_ids.get(label) {
-            Some(&id) => id,
-            None => {
-                let id = self.labels.len() as u32;
-                self.labels.push(label.to_string());
-                self.label_ids.insert(label.to_string(), id);
-                id
-            }
-        };
-        let parent = self.current();
-        let next = self.nodes.len() as u32;
-        let node = *self.children.entry((parent, label)).or_insert(next);
-        if node == next {
-            self.nodes.push(Node { label, parent, flops: 0, overflowed: false, incomplete: false });
-        }
+        let node = self.child(self.current(), label);
         self.stack.push(node);
     }
 
@@ -105,6 +91,55 @@ impl ScopeTree {
         match self.sequences.binary_search_by_key(&sequence, |&(s, _)| s) {
             Ok(at) => self.sequences[at].1,
             Err(_) => ROOT,
+        }
+    }
+
+    /// The node for `label` under `parent`, created if needed (the stack is left alone): where
+    /// a priced compiled graph's module work goes (`priced.rs`).
+    pub fn child(&mut self, parent: u32, label: &str) -> u32 {
+        let label = self.label_id(label);
+        let next = self.nodes.len() as u32;
+        let node = *self.children.entry((parent, label)).or_insert(next);
+        if node == next {
+            self.nodes.push(Node { label, parent, flops: 0, overflowed: false, incomplete: false });
+        }
+        node
+    }
+
+    /// The label of `node`; `None` for the root (work done in no module call).
+    pub fn label_of(&self, node: u32) -> Option<&str> {
+        let n = self.nodes.get(node as usize).filter(|_| node != ROOT)?;
+        self.labels.get(n.label as usize).map(String::as_str)
+    }
+
+    /// Every node (a module that ran, with or without arithmetic), as (its labels from the root
+    /// down, flops, overflowed, incomplete), in creation order: a closed session's scopes, to be
+    /// replayed elsewhere.
+    pub fn nodes(&self) -> Vec<(Vec<String>, u64, bool, bool)> {
+        let mut out = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let mut chain = Vec::new();
+            let mut at = i as u32;
+            while at != ROOT {
+                let node = &self.nodes[at as usize];
+                chain.push(self.labels[node.label as usize].clone());
+                at = node.parent;
+            }
+            chain.reverse();
+            out.push((chain, n.flops, n.overflowed, n.incomplete));
+        }
+        out
+    }
+
+    fn label_id(&mut self, label: &str) -> u32 {
+        match self.label_ids.get(label) {
+            Some(&id) => id,
+            None => {
+                let id = self.labels.len() as u32;
+                self.labels.push(label.to_string());
+                self.label_ids.insert(label.to_string(), id);
+                id
+            }
         }
     }
 

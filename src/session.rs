@@ -32,6 +32,9 @@ use crate::report::{
 };
 use crate::scopes::{ScopeTree, CALL_PREFIX};
 
+#[path = "priced.rs"]
+pub mod priced;
+
 /// What the shim learns about an operator the first time a session sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpDescription {
@@ -77,6 +80,11 @@ impl Decision {
     pub const KERNEL: u8 = 4;
     /// The core waits for the call's end ([`Session::on_op_end`]).
     pub const PENDING: u8 = 8;
+    /// A compiled graph starts running (`torchscan::compiled_begin`): until its end, the
+    /// operators it dispatches are part of its price, not counted one by one.
+    pub const SUPPRESS: u8 = 16;
+    /// The compiled graph ended (`torchscan::compiled_end`, counted).
+    pub const RESUME: u8 = 32;
 
     fn claim(kernel: bool, extra: u8) -> Decision {
         Decision(1 | extra | if kernel { Decision::KERNEL } else { 0 })
@@ -154,6 +162,10 @@ impl Origin {
 /// Dispatched by the Python layer each time an inductor-compiled graph runs (its fused kernels
 /// never pass the dispatcher): uncounted work, with its own diagnostic.
 pub const COMPILED_GRAPH_OPERATOR: &str = "torchscan::inductor_graph";
+/// Dispatched by the Python layer around each run of a compiled graph that was priced when it
+/// was compiled (`priced.rs`): its operators are not counted one by one, the end adds the price.
+pub const COMPILED_BEGIN_OPERATOR: &str = "torchscan::compiled_begin";
+pub const COMPILED_END_OPERATOR: &str = "torchscan::compiled_end";
 
 /// `metric` of operator diagnostics, as torchscan 0.2 names it.
 pub const OPERATOR_DIAGNOSTIC_METRIC: &str = "flops";
@@ -223,6 +235,9 @@ enum Class {
     Uncounted,
     /// torchscan's own operators: neither work nor something to report.
     Internal,
+    /// A priced compiled graph starts / ends running (`priced.rs`).
+    CompiledBegin,
+    CompiledEnd,
 }
 
 /// Per distinct operator (qualified name) of this session.
@@ -263,7 +278,7 @@ impl Default for Merged {
     }
 }
 
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 struct Counter {
     flops: u64,
     incomplete: bool,
@@ -304,6 +319,7 @@ pub struct Session {
     signatures: BTreeMap<Signature, usize>,
     /// (signature, scope, phase) -> calls.
     custom_calls: BTreeMap<(usize, u32, u8), u64>,
+    priced_scopes: priced::PricedScopes,
 }
 
 impl Session {
@@ -326,6 +342,7 @@ impl Session {
             unfollowed: BTreeMap::new(),
             signatures: BTreeMap::new(),
             custom_calls: BTreeMap::new(),
+            priced_scopes: priced::PricedScopes::new(),
         }
     }
 
@@ -364,6 +381,11 @@ impl Session {
                 }
             },
         };
+        match self.ops[op].class {
+            Class::CompiledBegin => return Decision(Decision::SKIP.0 | Decision::SUPPRESS),
+            Class::CompiledEnd => return self.on_compiled_end(event, phase, sequence, origin),
+            _ => {}
+        }
         if origin == Origin::Unfollowed {
             return self.on_unfollowed(op, interposed, phase);
         }
@@ -387,7 +409,8 @@ impl Session {
         let kernel = stats.kernel;
         let outcome = match stats.class {
             Class::Transparent => return Decision::DESCEND,
-            Class::Internal => return Decision::SKIP,
+            // Handled before (compiled graphs), or torchscan's own.
+            Class::Internal | Class::CompiledBegin | Class::CompiledEnd => return Decision::SKIP,
             Class::Ignored(_) => {
                 // Counted now (a call, no arithmetic); taken back if it raises.
                 stats.calls += 1;
@@ -438,6 +461,28 @@ impl Session {
         Decision::claim(kernel, Decision::PENDING)
     }
 
+    /// The end of a priced compiled graph's run: `(graph: int, completed: bool)`. A run that
+    /// raised counts nothing; one that completed adds the graph's price where an operator
+    /// dispatched here would have been counted.
+    fn on_compiled_end(&mut self, event: &dyn OpEvent, phase: Phase, sequence: i64, origin: Origin) -> Decision {
+        let resume = Decision(Decision::SKIP.0 | Decision::RESUME);
+        self.stream.clear();
+        event.read_inputs(&mut self.stream);
+        if !index_stream(&self.stream, &mut self.offsets) {
+            return resume;
+        }
+        let args = Args::new(&self.stream, &self.offsets);
+        let (Some(id), Some(true)) = (args.int(0), args.bool(1)) else { return resume };
+        let Some(graph) = priced::lookup(id) else { return resume };
+        let base = match (phase, origin) {
+            (Phase::Forward, Origin::Followed) => self.scopes.current(),
+            (Phase::Forward, _) => ScopeTree::ROOT,
+            (Phase::Backward, _) => self.scopes.scope_of_sequence(sequence),
+        };
+        self.add_priced(id, &graph, base, phase, origin);
+        resume
+    }
+
     /// What the last claimed start counted (read by the shim right after `on_op_start`).
     pub fn take_receipt(&mut self) -> Receipt {
         std::mem::take(&mut self.receipt)
@@ -481,7 +526,7 @@ impl Session {
                 self.phases[phase as usize].incomplete = true;
                 Decision::SKIP
             }
-            Class::Ignored(_) | Class::Internal => Decision::SKIP,
+            Class::Ignored(_) | Class::Internal | Class::CompiledBegin | Class::CompiledEnd => Decision::SKIP,
         }
     }
 
@@ -556,6 +601,12 @@ impl Session {
         let name = description.name.as_str();
         if name == COMPILED_GRAPH_OPERATOR {
             return Class::Uncounted;
+        }
+        if name == COMPILED_BEGIN_OPERATOR {
+            return Class::CompiledBegin;
+        }
+        if name == COMPILED_END_OPERATOR {
+            return Class::CompiledEnd;
         }
         if name.starts_with("torchscan::") {
             return Class::Internal;
@@ -1381,6 +1432,76 @@ mod tests {
         assert_eq!(r.diagnostics.len(), 1);
         assert_eq!(r.diagnostics[0].code, "uncounted_compiled_code");
         assert!(r.diagnostics[0].message.contains("ran 1 time(s)"), "{}", r.diagnostics[0].message);
+    }
+
+    #[test]
+    fn a_priced_graph_run_adds_its_recorded_counts_below_the_module_that_ran_it() {
+        // The recording: mm [3,4] @ [4,5] (120) in the graph's module `0`, another at its root.
+        let mut recording = Session::new(Config::default());
+        recording.scopes_mut().push("0");
+        run(&mut recording, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        recording.scopes_mut().pop();
+        run(&mut recording, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        let id = priced::register(recording.into_priced());
+
+        let mut live = Session::new(Config::default());
+        let end = |completed: bool| {
+            op(
+                COMPILED_END_OPERATOR,
+                false,
+                move |s| {
+                    int(s, id);
+                    boolean(s, completed);
+                },
+                vec![],
+            )
+        };
+        let begin = op(COMPILED_BEGIN_OPERATOR, false, |_| {}, vec![]);
+        let at = |call: &Call| OpCall {
+            key: call.name.unwrap().as_ptr() as usize,
+            token: 1,
+            phase: Phase::Forward,
+            sequence: -1,
+            interposed: false,
+            origin: Origin::Followed,
+        };
+        live.scopes_mut().push("Net");
+        assert_eq!(live.on_op_start(at(&begin), &begin).0, Decision::SKIP.0 | Decision::SUPPRESS);
+        let completed = end(true);
+        assert_eq!(live.on_op_start(at(&completed), &completed).0, Decision::SKIP.0 | Decision::RESUME);
+        // A run that raised adds nothing; a second completed run adds the price again.
+        run(&mut live, &[begin, end(false), end(true)], Phase::Forward);
+        live.scopes_mut().pop();
+        let r = report(live);
+        assert_eq!(r.total.value, Some(480));
+        assert_eq!(r.by_module, BTreeMap::from([("Net".to_string(), 480), ("Net.0".to_string(), 240)]));
+        assert_eq!(r.by_operator, BTreeMap::from([("aten.mm".to_string(), 480)]));
+        assert_eq!(r.operator_calls, BTreeMap::from([("aten.mm".to_string(), 4)]));
+        assert_eq!(r.by_category, BTreeMap::from([("matmul".to_string(), 480)]));
+        assert!(r.diagnostics.is_empty());
+    }
+
+    #[test]
+    fn a_priced_graph_run_outside_every_module_call_goes_to_no_label() {
+        let mut recording = Session::new(Config::default());
+        recording.scopes_mut().push("0");
+        run(&mut recording, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        let id = priced::register(recording.into_priced());
+        let mut live = Session::new(Config::default());
+        let end = op(
+            COMPILED_END_OPERATOR,
+            false,
+            move |s| {
+                int(s, id);
+                boolean(s, true);
+            },
+            vec![],
+        );
+        run(&mut live, &[end], Phase::Backward);
+        let r = report(live);
+        assert_eq!(r.total.value, Some(120));
+        assert!(r.by_module.is_empty());
+        assert_eq!(r.by_phase["backward"].value, Some(120));
     }
 
     #[test]

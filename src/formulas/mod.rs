@@ -496,6 +496,9 @@ pub static FORMULAS: &[Formula] = &[
     // Normalization.
     row!("aten::native_batch_norm", Normalization, norm::batch_norm, NORM),
     row!("aten::_native_batch_norm_legit", Normalization, norm::batch_norm, NORM),
+    // AOTAutograd's functional form (torch.compile): the running stats come back as outputs
+    // instead of being updated in place; the same arithmetic, the same arguments.
+    row!("aten::_native_batch_norm_legit_functional", Normalization, norm::batch_norm, NORM),
     row!("aten::_native_batch_norm_legit_no_training", Normalization, norm::batch_norm_no_training, NORM),
     row!("aten::native_batch_norm_backward", Normalization, norm::batch_norm_backward, NORM),
     row!("aten::native_layer_norm", Normalization, norm::layer_norm, NORM),

@@ -109,6 +109,22 @@ mod tests {
     }
 
     #[test]
+    fn functional_overload_prices_as_batch_norm() {
+        // _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
+        // training, momentum, eps): x[2,4,3,3] in training with an affine: 5 per element = 360.
+        let Some(crate::formulas::Rule::Formula(i)) =
+            crate::formulas::lookup("aten::_native_batch_norm_legit_functional")
+        else {
+            panic!("no formula for the functional batch norm");
+        };
+        let mut stream = Vec::new();
+        native(&mut stream, &[2, 4, 3, 3], true, true);
+        let mut offsets = Vec::new();
+        assert!(crate::args::index_stream(&stream, &mut offsets));
+        assert_eq!(crate::formulas::FORMULAS[i].price(&crate::args::Args::new(&stream, &offsets)), Ok(360));
+    }
+
+    #[test]
     fn legit_overload_without_running_stats() {
         // _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps).
         let f = with_args(

@@ -1,0 +1,191 @@
+//! Compiled graphs, priced once and counted each time they run.
+//!
+//! torch.compile's inductor backend turns most of a graph into generated kernels that never pass
+//! the dispatcher, so the observer cannot count them as they run. The Python layer
+//! (`python/torchscan/_compiled.py`) prices each graph when it is compiled instead: it replays the
+//! graph's ATen operators (as AOTAutograd traced them, before inductor's decompositions) on the
+//! meta device inside a recording session, with the graph's own module labels as scopes, and
+//! [`Session::into_priced`] turns that session into a [`PricedGraph`] kept in a process-wide
+//! table. Each run of the compiled graph is then one event (`torchscan::compiled_end`) that adds
+//! the graph's counts to every session observing it ([`Session::add_priced`]): the operators,
+//! categories and module labels the eager run would have counted, attributed below the module
+//! call (or, in backward, below the forward call) that ran the graph. Work the recording could not
+//! price (an operator with no formula) stays partial, with the same diagnostics.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{Class, Counter, OpDescription, Origin, Phase, Session};
+use crate::formulas::{Category, FormulaError};
+use crate::scopes::ScopeTree;
+
+/// One operator of a priced graph: what the recording counted for it.
+#[derive(Clone, Debug)]
+pub struct PricedOp {
+    name: String,
+    class: Class,
+    kernel: bool,
+    positional_args: usize,
+    calls: u64,
+    flops: u64,
+    overflowed: bool,
+    formula_errors: u64,
+    first_error: Option<FormulaError>,
+}
+
+/// Work done in one module of the graph: its labels relative to the graph's root module (`2`,
+/// `2.0` for `root[2][0]`), outermost first; empty for the root itself.
+#[derive(Clone, Debug)]
+pub struct PricedScope {
+    chain: Vec<String>,
+    flops: u64,
+    overflowed: bool,
+    incomplete: bool,
+}
+
+/// A graph's counts, for one run.
+#[derive(Clone, Debug)]
+pub struct PricedGraph {
+    ops: Vec<PricedOp>,
+    categories: [u64; Category::ALL.len()],
+    total: Counter,
+    scopes: Vec<PricedScope>,
+}
+
+static GRAPHS: Mutex<Vec<Arc<PricedGraph>>> = Mutex::new(Vec::new());
+
+/// Keeps `graph` for the life of the process; returns its id (what `compiled_end` carries).
+pub fn register(graph: PricedGraph) -> i64 {
+    let mut graphs = GRAPHS.lock().unwrap_or_else(|p| p.into_inner());
+    graphs.push(Arc::new(graph));
+    graphs.len() as i64 - 1
+}
+
+/// The graph `id` names; `None` for an id never registered.
+pub fn lookup(id: i64) -> Option<Arc<PricedGraph>> {
+    let graphs = GRAPHS.lock().unwrap_or_else(|p| p.into_inner());
+    usize::try_from(id).ok().and_then(|i| graphs.get(i).cloned())
+}
+
+impl Session {
+    /// What this (recording) session counted, as a graph to add to other sessions. Phases and
+    /// threads do not carry over: a run is counted in the phase it runs in.
+    pub fn into_priced(self) -> PricedGraph {
+        let ops = self
+            .ops
+            .iter()
+            .filter(|s| s.calls > 0 || s.overflowed || s.formula_errors > 0)
+            .map(|s| PricedOp {
+                name: s.name.clone(),
+                class: s.class,
+                kernel: s.kernel,
+                positional_args: s.positional_args,
+                calls: s.calls,
+                flops: s.flops,
+                overflowed: s.overflowed,
+                formula_errors: s.formula_errors,
+                first_error: s.first_error,
+            })
+            .collect();
+        let scopes = self
+            .scopes
+            .nodes()
+            .into_iter()
+            .map(|(chain, flops, overflowed, incomplete)| PricedScope { chain, flops, overflowed, incomplete })
+            .collect();
+        let total = Counter {
+            flops: self.total.flops,
+            // Other threads' work during the recording is not the graph's.
+            incomplete: self.total.incomplete || self.internal_errors > 0,
+            overflowed: self.total.overflowed,
+        };
+        PricedGraph { ops, categories: self.categories, total, scopes }
+    }
+
+    /// One completed run of `graph` (id `id`), in `phase`, attributed below `base`.
+    pub(super) fn add_priced(&mut self, id: i64, graph: &PricedGraph, base: u32, phase: Phase, origin: Origin) {
+        if origin == Origin::Unfollowed {
+            for op in graph.ops.iter().filter(|op| op.flops > 0 || op.class == Class::Uncounted) {
+                let index = self.priced_op(op);
+                *self.unfollowed.entry(index).or_insert(0) += op.calls;
+                self.total.incomplete = true;
+                self.phases[phase as usize].incomplete = true;
+            }
+            return;
+        }
+        if phase == Phase::Backward {
+            self.backward_seen = true;
+        }
+        for op in &graph.ops {
+            let index = self.priced_op(op);
+            let stats = &mut self.ops[index];
+            stats.calls += op.calls;
+            match stats.flops.checked_add(op.flops) {
+                Some(v) => stats.flops = v,
+                None => stats.overflowed = true,
+            }
+            stats.overflowed |= op.overflowed;
+            stats.formula_errors += op.formula_errors;
+            stats.first_error = stats.first_error.or(op.first_error);
+        }
+        for (slot, &flops) in self.categories.iter_mut().zip(graph.categories.iter()) {
+            *slot = slot.checked_add(flops).unwrap_or(u64::MAX);
+        }
+        for counter in [&mut self.total, &mut self.phases[phase as usize]] {
+            counter.add(graph.total.flops);
+            counter.incomplete |= graph.total.incomplete;
+            counter.overflowed |= graph.total.overflowed;
+        }
+        if !self.priced_scopes.contains_key(&(id, base)) {
+            let nodes = self.priced_nodes(graph, base);
+            self.priced_scopes.insert((id, base), nodes);
+        }
+        let nodes = &self.priced_scopes[&(id, base)];
+        for (scope, &node) in graph.scopes.iter().zip(nodes) {
+            self.scopes.add_flops(node, scope.flops);
+            if scope.overflowed {
+                self.scopes.mark_overflowed(node);
+            }
+            if scope.incomplete {
+                self.scopes.mark_incomplete(node);
+            }
+        }
+    }
+
+    /// This session's entry for a priced operator (created on its first run).
+    fn priced_op(&mut self, op: &PricedOp) -> usize {
+        match self.op_by_name.get(&op.name) {
+            Some(&index) if self.ops[index].class == op.class => index,
+            _ => self.add_op(
+                OpDescription {
+                    name: op.name.clone(),
+                    has_own_kernel: op.kernel,
+                    explicit_composite: false,
+                    positional_args: op.positional_args,
+                },
+                op.class,
+            ),
+        }
+    }
+
+    /// The scope node of each of `graph`'s scopes below `base`: `base`'s label followed by the
+    /// scope's relative labels (`Net` + `2.0` -> `Net.2`, `Net.2.0`), the labels eager mode gives
+    /// the same modules. Work below the root (`base` is no module call) has no module to be
+    /// relative to and goes to the root. Remembered per (graph, base) by the caller, so that a
+    /// run allocates nothing once its graph ran there once.
+    fn priced_nodes(&mut self, graph: &PricedGraph, base: u32) -> Vec<u32> {
+        let Some(prefix) = self.scopes.label_of(base).map(str::to_string) else {
+            return vec![ScopeTree::ROOT; graph.scopes.len()];
+        };
+        graph
+            .scopes
+            .iter()
+            .map(|scope| {
+                scope.chain.iter().fold(base, |node, suffix| self.scopes.child(node, &format!("{prefix}.{suffix}")))
+            })
+            .collect()
+    }
+}
+
+/// (graph id, base scope) -> the scope node of each of the graph's scopes.
+pub type PricedScopes = HashMap<(i64, u32), Vec<u32>>;
