@@ -15,23 +15,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Class, Counter, OpDescription, Origin, Phase, Session};
-use crate::formulas::{Category, FormulaError};
+use super::{Class, Counter, OpDescription, OpStats, Origin, Phase, Session};
+use crate::formulas::Category;
 use crate::scopes::ScopeTree;
-
-/// One operator of a priced graph: what the recording counted for it.
-#[derive(Clone, Debug)]
-pub struct PricedOp {
-    name: String,
-    class: Class,
-    kernel: bool,
-    positional_args: usize,
-    calls: u64,
-    flops: u64,
-    overflowed: bool,
-    formula_errors: u64,
-    first_error: Option<FormulaError>,
-}
 
 /// Work done in one module of the graph: its labels relative to the graph's root module (`2`,
 /// `2.0` for `root[2][0]`), outermost first; empty for the root itself.
@@ -46,7 +32,8 @@ pub struct PricedScope {
 /// A graph's counts, for one run.
 #[derive(Clone, Debug)]
 pub struct PricedGraph {
-    ops: Vec<PricedOp>,
+    /// What the recording counted per operator.
+    ops: Vec<OpStats>,
     categories: [u64; Category::ALL.len()],
     total: Counter,
     scopes: Vec<PricedScope>,
@@ -71,22 +58,7 @@ impl Session {
     /// What this (recording) session counted, as a graph to add to other sessions. Phases and
     /// threads do not carry over: a run is counted in the phase it runs in.
     pub fn into_priced(self) -> PricedGraph {
-        let ops = self
-            .ops
-            .iter()
-            .filter(|s| s.calls > 0 || s.overflowed || s.formula_errors > 0)
-            .map(|s| PricedOp {
-                name: s.name.clone(),
-                class: s.class,
-                kernel: s.kernel,
-                positional_args: s.positional_args,
-                calls: s.calls,
-                flops: s.flops,
-                overflowed: s.overflowed,
-                formula_errors: s.formula_errors,
-                first_error: s.first_error,
-            })
-            .collect();
+        let ops = self.ops.into_iter().filter(|s| s.calls > 0 || s.overflowed || s.formula_errors > 0).collect();
         let scopes = self
             .scopes
             .nodes()
@@ -153,7 +125,7 @@ impl Session {
     }
 
     /// This session's entry for a priced operator (created on its first run).
-    fn priced_op(&mut self, op: &PricedOp) -> usize {
+    fn priced_op(&mut self, op: &OpStats) -> usize {
         match self.op_by_name.get(&op.name) {
             Some(&index) if self.ops[index].class == op.class => index,
             _ => self.add_op(

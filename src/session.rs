@@ -241,6 +241,7 @@ enum Class {
 }
 
 /// Per distinct operator (qualified name) of this session.
+#[derive(Clone, Debug)]
 struct OpStats {
     name: String,
     class: Class,

@@ -250,6 +250,7 @@ class _Replay(torch.fx.Interpreter):
         self._side = side
         self._sides = _sides(graph.graph)
         self._labels: dict[torch.fx.Node, list[str]] = {}
+        self._order = {node: i for i, node in enumerate(graph.graph.nodes)}
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if self._sides[n] != self._side:
@@ -275,14 +276,9 @@ class _Replay(torch.fx.Interpreter):
             # node's module. That is the input computed last here.
             later = [a for a in n.all_input_nodes if self._sides.get(a) == "backward" and a in self._labels]
             if later:
-                labels = self._labels[max(later, key=self._order)]
+                labels = self._labels[max(later, key=self._order.__getitem__)]
         self._labels[n] = labels
         return labels
-
-    def _order(self, n: torch.fx.Node) -> int:
-        if not hasattr(self, "_index"):
-            self._index = {node: i for i, node in enumerate(self.module.graph.nodes)}
-        return self._index[n]
 
     def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
         value = super().get_attr(target, args, kwargs)
