@@ -167,6 +167,10 @@ void pop_scope(int64_t handle) {
   call_core([&] { ffi::pop_scope(handle); });
 }
 
+void name_modules(int64_t handle, c10::ArrayRef<int64_t> modules, const std::string& labels) {
+  call_core([&] { ffi::name_modules(handle, rust::Slice<const int64_t>(modules.data(), modules.size()), labels); });
+}
+
 }  // namespace sessions
 }  // namespace torchscan
 
@@ -197,6 +201,7 @@ TORCH_LIBRARY(torchscan, m) {
   def("discard_session(int session) -> ()", &torchscan::sessions::discard);
   def("push_scope(int session, str label) -> ()", &torchscan::sessions::push_scope);
   def("pop_scope(int session) -> ()", &torchscan::sessions::pop_scope);
+  def("name_modules(int session, int[] modules, str labels) -> ()", &torchscan::sessions::name_modules);
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
   def("inductor_graph() -> ()", &torchscan::inductor_graph);

@@ -92,6 +92,9 @@ mod bridge {
         fn price_session(handle: i64) -> Result<i64>;
         fn push_scope(handle: i64, label: &str) -> Result<()>;
         fn pop_scope(handle: i64) -> Result<()>;
+        /// Labels modules by identity (`labels`: one per module, newline-separated) for the
+        /// module paths of priced compiled graphs.
+        fn name_modules(handle: i64, modules: &[i64], labels: &str) -> Result<()>;
         fn live_sessions() -> usize;
         /// An operator starts; returns the `session::Decision` bits.
         fn on_op_start(start: &OpStart, event: &OpEvent, receipt: &mut Receipt) -> u8;
@@ -213,6 +216,13 @@ fn discard_session(handle: i64) {
 
 fn push_scope(handle: i64, label: &str) -> Result<(), String> {
     guarded(|| registry::push_scope(handle, label))
+}
+
+fn name_modules(handle: i64, modules: &[i64], labels: &str) -> Result<(), String> {
+    guarded(|| {
+        let labels: Vec<&str> = if labels.is_empty() { Vec::new() } else { labels.split('\n').collect() };
+        registry::name_modules(handle, modules, &labels)
+    })
 }
 
 fn pop_scope(handle: i64) -> Result<(), String> {

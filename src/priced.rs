@@ -17,13 +17,13 @@ use std::sync::{Arc, Mutex};
 
 use super::{Class, Counter, OpDescription, OpStats, Origin, Phase, Session};
 use crate::formulas::Category;
-use crate::scopes::ScopeTree;
 
-/// Work done in one module of the graph: its labels relative to the graph's root module (`2`,
-/// `2.0` for `root[2][0]`), outermost first; empty for the root itself.
+/// Work done in one module of the graph: the modules on the call stack, outermost first, by
+/// identity (Python's `id`, the keys of the graph's `nn_module_stack`); empty for work done in
+/// no module of the graph.
 #[derive(Clone, Debug)]
 pub struct PricedScope {
-    chain: Vec<String>,
+    chain: Vec<u64>,
     flops: u64,
     overflowed: bool,
     incomplete: bool,
@@ -63,7 +63,13 @@ impl Session {
             .scopes
             .nodes()
             .into_iter()
-            .map(|(chain, flops, overflowed, incomplete)| PricedScope { chain, flops, overflowed, incomplete })
+            .map(|(labels, flops, overflowed, incomplete)| PricedScope {
+                // The recording's scopes are module identities in decimal.
+                chain: labels.iter().filter_map(|label| label.parse().ok()).collect(),
+                flops,
+                overflowed,
+                incomplete,
+            })
             .collect();
         let total = Counter {
             flops: self.total.flops,
@@ -140,22 +146,34 @@ impl Session {
         }
     }
 
-    /// The scope node of each of `graph`'s scopes below `base`: `base`'s label followed by the
-    /// scope's relative labels (`Net` + `2.0` -> `Net.2`, `Net.2.0`), the labels eager mode gives
-    /// the same modules. Work below the root (`base` is no module call) has no module to be
-    /// relative to and goes to the root. Remembered per (graph, base) by the caller, so that a
-    /// run allocates nothing once its graph ran there once.
+    /// The scope node of each of `graph`'s scopes below `base`: the labels this session gave
+    /// the scope's modules (`Net.layer1`, `Net.layer1.0`), pushed below `base` as eager mode's
+    /// module hooks would have pushed them; a label `base` already carries (the module whose call
+    /// ran the graph) is not pushed twice, and a module the session never named (one outside its
+    /// roots) is passed over. Remembered per (graph, base) by the caller, so that a run
+    /// allocates nothing once its graph ran there once.
     fn priced_nodes(&mut self, graph: &PricedGraph, base: u32) -> Vec<u32> {
-        let Some(prefix) = self.scopes.label_of(base).map(str::to_string) else {
-            return vec![ScopeTree::ROOT; graph.scopes.len()];
-        };
-        graph
-            .scopes
-            .iter()
-            .map(|scope| {
-                scope.chain.iter().fold(base, |node, suffix| self.scopes.child(node, &format!("{prefix}.{suffix}")))
-            })
-            .collect()
+        let mut nodes = Vec::with_capacity(graph.scopes.len());
+        for scope in &graph.scopes {
+            let mut node = base;
+            for module in &scope.chain {
+                let Some(label) = self.module_labels.get(module) else { continue };
+                if self.scopes.label_of(node) != Some(label.as_str()) {
+                    node = self.scopes.child(node, label);
+                }
+            }
+            nodes.push(node);
+        }
+        nodes
+    }
+
+    /// Labels modules by identity (see [`Session::add_priced`]).
+    pub fn name_modules<'a>(&mut self, modules: impl IntoIterator<Item = (u64, &'a str)>) {
+        for (module, label) in modules {
+            self.module_labels.insert(module, label.to_string());
+        }
+        // Graphs already placed may now reach modules they passed over.
+        self.priced_scopes.clear();
     }
 }
 

@@ -175,6 +175,21 @@ pub fn pop_scope(handle: i64) -> Result<()> {
     pop_scopes(handle, 1)
 }
 
+/// Names modules for the session: `modules[i]` (a module's identity, Python's `id`) is labelled
+/// `labels[i]` wherever a priced compiled graph ran it (`session::priced`).
+pub fn name_modules(handle: i64, modules: &[i64], labels: &[&str]) -> Result<()> {
+    if modules.len() != labels.len() {
+        return Err(Error::BadConfig(format!("{} modules but {} labels", modules.len(), labels.len())));
+    }
+    with_slot(handle, |slot, handle| match &mut slot.state {
+        Some(State::Open(session)) => {
+            session.name_modules(modules.iter().map(|&m| m as u64).zip(labels.iter().copied()));
+            Ok(())
+        }
+        _ => Err(Error::SessionClosed(handle)),
+    })
+}
+
 /// An operator event for the session in `slot`, if it is still `generation`'s and open;
 /// `receipt` receives what it counted at once (see [`Receipt`]).
 pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent, receipt: &mut Receipt) -> Decision {

@@ -71,12 +71,20 @@ impl ScopeTree {
 
     /// Remembers that the forward call with autograd `sequence` ran in `node`. Sequence numbers
     /// grow with each autograd node a thread creates, so this is an append in the steady state.
+    /// Calls that create no node see the number the next node will take: of several calls with
+    /// one number, the last creates the node (the number moves on after it), so it wins.
     pub fn remember_sequence(&mut self, sequence: i64, node: u32) {
-        if sequence < 0 || node == ROOT {
+        if sequence < 0 {
+            return;
+        }
+        if let Some(last) = self.sequences.last_mut().filter(|(last, _)| *last == sequence) {
+            last.1 = node;
+            return;
+        }
+        if node == ROOT {
             return;
         }
         match self.sequences.last() {
-            Some(&(last, _)) if last == sequence => {}
             Some(&(last, _)) if last > sequence => {
                 if let Err(at) = self.sequences.binary_search_by_key(&sequence, |&(s, _)| s) {
                     self.sequences.insert(at, (sequence, node));
@@ -251,6 +259,23 @@ mod tests {
         assert_eq!(m["Net"], LabelCount { flops: Some(111), status: Status::Complete });
         assert_eq!(m["Net.block"].flops, Some(110));
         assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn the_last_call_with_a_sequence_number_owns_its_node() {
+        // Calls that create no autograd node see the number the next node takes; the call that
+        // creates it comes last, then the number moves on.
+        let mut t = ScopeTree::new();
+        t.push("Net");
+        let net = t.current();
+        t.push("Net.conv");
+        let conv = t.current();
+        t.remember_sequence(7, net); // a view in Net: no node
+        t.remember_sequence(7, conv); // the convolution: node 7
+        t.remember_sequence(8, conv);
+        t.remember_sequence(8, ScopeTree::ROOT); // node 8 is created outside every module
+        assert_eq!(t.scope_of_sequence(7), conv);
+        assert_eq!(t.scope_of_sequence(8), ScopeTree::ROOT);
     }
 
     #[test]

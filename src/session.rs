@@ -321,6 +321,8 @@ pub struct Session {
     /// (signature, scope, phase) -> calls.
     custom_calls: BTreeMap<(usize, u32, u8), u64>,
     priced_scopes: priced::PricedScopes,
+    /// Module identity -> label, for the module paths of priced compiled graphs.
+    module_labels: HashMap<u64, String>,
 }
 
 impl Session {
@@ -344,6 +346,7 @@ impl Session {
             signatures: BTreeMap::new(),
             custom_calls: BTreeMap::new(),
             priced_scopes: priced::PricedScopes::new(),
+            module_labels: HashMap::new(),
         }
     }
 
@@ -1437,15 +1440,18 @@ mod tests {
 
     #[test]
     fn a_priced_graph_run_adds_its_recorded_counts_below_the_module_that_ran_it() {
-        // The recording: mm [3,4] @ [4,5] (120) in the graph's module `0`, another at its root.
+        // The recording: mm [3,4] @ [4,5] (120) in module 7 called by module 5 (the graph's
+        // root module, by identity), another in module 5 itself.
         let mut recording = Session::new(Config::default());
-        recording.scopes_mut().push("0");
+        recording.scopes_mut().push("5");
+        recording.scopes_mut().push("7");
         run(&mut recording, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
         recording.scopes_mut().pop();
         run(&mut recording, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
         let id = priced::register(recording.into_priced());
 
         let mut live = Session::new(Config::default());
+        live.name_modules([(5, "Net"), (7, "Net.0")]);
         let end = |completed: bool| {
             op(
                 COMPILED_END_OPERATOR,
@@ -1483,9 +1489,10 @@ mod tests {
     }
 
     #[test]
-    fn a_priced_graph_run_outside_every_module_call_goes_to_no_label() {
+    fn a_priced_graph_run_of_modules_the_session_never_named_goes_to_no_label() {
+        // Module 7 was never named by the session (outside its roots): no label.
         let mut recording = Session::new(Config::default());
-        recording.scopes_mut().push("0");
+        recording.scopes_mut().push("7");
         run(&mut recording, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
         let id = priced::register(recording.into_priced());
         let mut live = Session::new(Config::default());
@@ -1502,6 +1509,37 @@ mod tests {
         let r = report(live);
         assert_eq!(r.total.value, Some(120));
         assert!(r.by_module.is_empty());
+        // A module the session names later is labelled from then on (in-place compiled modules
+        // are named when their graph first runs).
+        let mut live = Session::new(Config::default());
+        run(
+            &mut live,
+            &[op(
+                COMPILED_END_OPERATOR,
+                false,
+                move |s| {
+                    int(s, id);
+                    boolean(s, true);
+                },
+                vec![],
+            )],
+            Phase::Forward,
+        );
+        live.name_modules([(7, "Head")]);
+        run(
+            &mut live,
+            &[op(
+                COMPILED_END_OPERATOR,
+                false,
+                move |s| {
+                    int(s, id);
+                    boolean(s, true);
+                },
+                vec![],
+            )],
+            Phase::Forward,
+        );
+        assert_eq!(report(live).by_module, BTreeMap::from([("Head".to_string(), 120)]));
         assert_eq!(r.by_phase["backward"].value, Some(120));
     }
 

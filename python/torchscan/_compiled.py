@@ -29,24 +29,28 @@ import hook), so that graphs compiled before a measurement started are priced to
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.abc
 import importlib.machinery
 import inspect
 import logging
-import re
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from . import flops
 from ._native import ops
 
 _OUTPUT_CODE = "torch._inductor.output_code"
 _COMPILE_FX = "torch._inductor.compile_fx"
+_AOT_AUTOGRAD = "torch._dynamo.backends.common"
+_DEBUGGING_BACKENDS = "torch._dynamo.backends.debugging"
 _WRAPPED = "__torchscan_wrapped__"
 _GRAPH = "_torchscan_priced_graph"
 _lock = threading.Lock()
@@ -57,10 +61,27 @@ _log = logging.getLogger("torchscan")
 # Runs: begin/end around priced graphs, the uncounted mark around the others.
 
 
+_begin = ops.compiled_begin.default
+_end = ops.compiled_end.default
+
+
+def _run_priced(graph: int, call: Callable[..., Any], *args: Any) -> Any:
+    """One run of a priced graph: what it dispatches is not counted one by one, its price is
+    added when it completes."""
+    if flops._labellers:
+        flops.name_compiled_frame(_frame_modules(graph))
+    _begin()
+    completed = False
+    try:
+        result = call(*args)
+        completed = True
+        return result
+    finally:
+        _end(graph, completed)
+
+
 def _count_runs(call: Callable[[Any, Sequence[Any]], Any]) -> Callable[[Any, Sequence[Any]], Any]:
     mark = ops.inductor_graph.default
-    begin = ops.compiled_begin.default
-    end = ops.compiled_end.default
 
     @functools.wraps(call)
     def __call__(self: Any, inputs: Sequence[Any]) -> Any:
@@ -68,14 +89,7 @@ def _count_runs(call: Callable[[Any, Sequence[Any]], Any]) -> Callable[[Any, Seq
         if graph is None:
             mark()
             return call(self, inputs)
-        begin()
-        completed = False
-        try:
-            result = call(self, inputs)
-            completed = True
-            return result
-        finally:
-            end(graph, completed)
+        return _run_priced(graph, call, self, inputs)
 
     setattr(__call__, _WRAPPED, True)
     return __call__
@@ -121,6 +135,97 @@ def _wrap_compile_fx(module: ModuleType) -> None:
     module.compile_fx = compile_fx  # type: ignore[attr-defined]
 
 
+def _wrap_aot_autograd(module: ModuleType) -> None:
+    """AOTAutograd-based backends other than inductor (``aot_eager`` and its variants): the graph
+    is priced as for inductor, and each compiled forward, backward or inference function runs as
+    a priced graph, so that the modules inside the compiled region are labelled."""
+    cls = getattr(module, "AotAutograd", None)
+    original = vars(cls).get("__call__") if isinstance(cls, type) else None
+    if original is None or getattr(original, _WRAPPED, False):
+        return
+
+    @functools.wraps(original)
+    def __call__(self: Any, gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        if getattr(_local, "compiling", False) or any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+            # inductor's own (already priced), or nested inputs (flattened, then called again).
+            return original(self, gm, example_inputs, **kwargs)
+        graphs = _price(gm, example_inputs)
+        if graphs is None:
+            return original(self, gm, example_inputs, **kwargs)  # its operators count as they run
+        priced = copy.copy(self)
+        fw = self.kwargs["fw_compiler"]
+        priced.kwargs = {
+            **self.kwargs,
+            "fw_compiler": _bracketing(fw, graphs.get("forward")),
+            "bw_compiler": _bracketing(self.kwargs.get("bw_compiler") or fw, graphs.get("backward")),
+            "inference_compiler": _bracketing(self.kwargs.get("inference_compiler") or fw, graphs.get("inference")),
+        }
+        return original(priced, gm, example_inputs, **kwargs)
+
+    setattr(__call__, _WRAPPED, True)
+    cls.__call__ = __call__  # type: ignore[method-assign]
+
+
+def _bracketing(compiler: Callable[..., Any], graph: int | None) -> Callable[..., Any]:
+    """`compiler`, whose compiled functions run as priced graph `graph` (as they are: None)."""
+
+    @functools.wraps(compiler)
+    def compile(gm: Any, example_inputs: Any) -> Any:
+        compiled = compiler(gm, example_inputs)
+        if graph is None:
+            return compiled
+
+        @functools.wraps(compiled)
+        def run(*args: Any) -> Any:
+            return _run_priced(graph, compiled, *args)
+
+        run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
+        return run
+
+    return compile
+
+
+def _wrap_eager_backend(module: ModuleType) -> None:
+    """The ``eager`` backend runs Dynamo's graph as Python code: its operators count as they run,
+    but the modules Dynamo inlined run no hook. While a session labels modules, the graph runs
+    node by node instead (the same operators), each node inside its modules' labels."""
+    original = getattr(module, "eager", None)
+    if original is None or getattr(original, _WRAPPED, False):
+        return
+
+    @functools.wraps(original)
+    def eager(gm: Any, fake_tensor_inputs: Any, **kwargs: Any) -> Any:
+        compiled = original(gm, fake_tensor_inputs, **kwargs)
+        frame = [weakref.ref(m) for m in _compiling_frame_modules()]
+
+        @functools.wraps(compiled)
+        def run(*args: Any) -> Any:
+            if not flops._labellers:
+                return compiled(*args)
+            flops.name_compiled_frame([m for m in (ref() for ref in frame) if m is not None])
+            return _Labelled(gm).run(*args)
+
+        return run
+
+    setattr(eager, _WRAPPED, True)
+    module.eager = eager  # type: ignore[attr-defined]
+    from torch._dynamo.backends import registry
+
+    if registry._COMPILER_FNS.get("eager") is original:
+        registry._COMPILER_FNS["eager"] = eager
+
+
+class _Labelled(torch.fx.Interpreter):
+    """Runs a Dynamo graph node by node, each inside the labels of its modules."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        entered = flops.enter_modules([int(m) for m in _module_labels(n)])
+        try:
+            return super().run_node(n)
+        finally:
+            flops.exit_modules(entered)
+
+
 def _tagging(inner: Callable[..., Any], graphs: dict[str, int]) -> Callable[..., Any]:
     """inductor's inner compile, tagging each compiled graph with the priced graph of its kind."""
 
@@ -145,11 +250,39 @@ def _price(gm: Any, example_inputs: Sequence[Any]) -> dict[str, int] | None:
         traced = _trace(gm, example_inputs)
         if "joint" in traced:
             joint = traced["joint"]
-            return {"forward": _record(joint, "forward"), "backward": _record(joint, "backward")}
-        return {"inference": _record(traced["inference"], "forward")}
+            graphs = {"forward": _record(joint, "forward"), "backward": _record(joint, "backward")}
+        else:
+            graphs = {"inference": _record(traced["inference"], "forward")}
     except Exception as error:  # the graph's runs are reported as uncounted compiled code
         _log.debug("torchscan: a compiled graph could not be priced: %r", error)
         return None
+    frame = [weakref.ref(m) for m in _compiling_frame_modules()]
+    with _lock:
+        for graph in graphs.values():
+            _FRAMES[graph] = frame
+    return graphs
+
+
+# Priced graph -> the modules its compiled frame holds (weakly): a module compiled in place, or
+# passed to a compiled function, runs no module hook of its own; it is named when its graph runs.
+_FRAMES: dict[int, list[weakref.ReferenceType[torch.nn.Module]]] = {}
+
+
+def _compiling_frame_modules() -> list[torch.nn.Module]:
+    """The modules among the locals of the frame Dynamo is compiling (the module of
+    torch.compile(module), the `self` of a compiled forward, a compiled function's module
+    arguments); none when compile_fx is called outside Dynamo."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        values = InstructionTranslator.current_tx().f_locals.values()
+    except Exception:  # no frame being compiled (a direct compile_fx call)
+        return []
+    return [v for v in values if isinstance(v, torch.nn.Module)]
+
+
+def _frame_modules(graph: int) -> list[torch.nn.Module]:
+    return [m for m in (ref() for ref in _FRAMES.get(graph, ())) if m is not None]
 
 
 def _trace(gm: Any, example_inputs: Sequence[Any]) -> dict[str, torch.fx.GraphModule]:
@@ -287,36 +420,25 @@ class _Replay(torch.fx.Interpreter):
         return value
 
 
-# The compiled frame's own module: the wrapped module of torch.compile(module) (`fn` when Dynamo
-# traces its whole call, global hooks included), or the `self` of its compiled forward (or of a
-# graph-break resume inside a submodule's call).
-_FRAME_MODULES = ("L['fn']", "L['self']")
-_ITEM = re.compile(r"\[(?:'([^']*)'|\"([^\"]*)\"|(\d+))\]")
-
-
 def _module_labels(n: torch.fx.Node) -> list[str]:
-    """The node's modules below the compiled frame's module, as labels relative to it (``2``,
-    ``2.0``): the suffixes eager mode's labels have below the label of the module that ran the
-    graph. Modules the frame reached otherwise (an argument of a compiled function) get none."""
+    """The modules on the node's call stack, outermost first, by identity (the keys of
+    ``nn_module_stack``: Python's ``id`` of each module in decimal, ``id@n`` for its n-th repeated
+    call); each session gives them its own labels when the graph runs."""
+    if n.op not in ("call_function", "call_method", "call_module"):
+        return []  # inputs and parameters: no call of any module
     stack = n.meta.get("nn_module_stack") or n.meta.get("fwd_nn_module_stack")
-    if not stack:
-        return []
-    labels = []
-    for entry in stack.values():
-        path = entry[0] if isinstance(entry, tuple) and entry else None
-        root = next((r for r in _FRAME_MODULES if isinstance(path, str) and path.startswith(r)), None)
-        if path is None or root is None:
-            break  # a module the frame did not reach through its own: no label below it
-        relative = _ITEM.sub(lambda m: "." + next(g for g in m.groups() if g is not None), path[len(root) :])
-        relative = relative.replace("._modules.", ".").lstrip(".")
-        if relative:  # the frame's module itself is the base label
-            labels.append(relative)
-    return labels
+    modules = (key.split("@", 1)[0] for key in stack or () if isinstance(key, str))
+    return [module for module in modules if module.isdigit()]
 
 
 # Installation, now or when inductor is first imported.
 
-_WRAPPERS: dict[str, Callable[[ModuleType], None]] = {_OUTPUT_CODE: _wrap_output_code, _COMPILE_FX: _wrap_compile_fx}
+_WRAPPERS: dict[str, Callable[[ModuleType], None]] = {
+    _OUTPUT_CODE: _wrap_output_code,
+    _COMPILE_FX: _wrap_compile_fx,
+    _AOT_AUTOGRAD: _wrap_aot_autograd,
+    _DEBUGGING_BACKENDS: _wrap_eager_backend,
+}
 
 
 def _wrap(name: str, module: ModuleType) -> None:

@@ -366,16 +366,52 @@ class _ModuleLabels:
         self._stack: list[int] = []
         self._installed = False
         for root in roots or []:
-            self._name_tree(root, _root_name(root))
+            self._name_root(root)
 
-    def _name_tree(self, module: nn.Module, name: str) -> None:
+    def _name_root(self, root: nn.Module) -> None:
+        """Names `root` and its submodules, here and in the session (where compiled graphs that
+        run them find their labels by module identity, see ``_compiled``)."""
+        named: list[tuple[int, str]] = []
+        self._name_tree(root, _root_name(root), named)
+        ops.name_modules(self._handle, [m for m, _ in named], "\n".join(label for _, label in named))
+
+    def _name_tree(self, module: nn.Module, name: str, named: list[tuple[int, str]]) -> None:
         self._names[id(module)] = (module, name)
+        named.append((id(module), name))
         original = _compiled_original(module)
         if original is not None:
-            self._name_tree(original, name)
+            self._name_tree(original, name, named)
             return
         for child_name, child in module.named_children():
-            self._name_tree(child, f"{name}.{child_name}")
+            self._name_tree(child, f"{name}.{child_name}", named)
+
+    def enter_modules(self, modules: list[int]) -> int:
+        """The calls of `modules` (by identity, outermost first) inside a compiled graph run node
+        by node: each one this labeller named and has not open already is pushed."""
+        if threading.get_ident() != self._thread:
+            return 0
+        entered = 0
+        for module in modules:
+            entry = self._names.get(module)
+            if entry is not None and module not in self._stack:
+                self._push(self._handle, entry[1])
+                self._stack.append(module)
+                entered += 1
+        return entered
+
+    def exit_modules(self, count: int) -> None:
+        for _ in range(count):
+            self._stack.pop()
+            self._pop(self._handle)
+
+    def name_compiled_frame(self, modules: Iterable[nn.Module]) -> None:
+        """A compiled graph that runs `modules` (the compiled frame's own) is about to run on this
+        thread: with open roots, an unnamed one is named as eager mode's hook would have named it
+        when called (a module compiled in place, or passed to a compiled function, runs no hook)."""
+        if self._open_roots and threading.get_ident() == self._thread:
+            for module in modules:
+                if id(module) not in self._names:
+                    self._name_root(module)
 
     def pre(self, module: nn.Module) -> None:
         if threading.get_ident() != self._thread:
@@ -387,7 +423,7 @@ class _ModuleLabels:
                 # a compiler or a control-flow operator (AOTAutograd's forward, torch.cond's
                 # branches): not one of the user's modules.
                 return
-            self._name_tree(module, _root_name(module))
+            self._name_root(module)
             entry = self._names[id(module)]
         self._push(self._handle, entry[1])
         self._stack.append(id(module))
@@ -441,8 +477,31 @@ def _remove_global_hooks() -> None:
     _module_hooks._global_forward_hooks_always_called.pop(_POST_HOOK_KEY, None)
 
 
+def enter_modules(modules: list[int]) -> list[tuple[_ModuleLabels, int]]:
+    """Pushes, for every labeller of this thread, the labels of `modules` (identities, outermost
+    first) that it named and that are not open already; what each pushed (for exit_modules)."""
+    return [(labels, labels.enter_modules(modules)) for labels in _labellers]
+
+
+def exit_modules(entered: list[tuple[_ModuleLabels, int]]) -> None:
+    for labels, count in reversed(entered):
+        labels.exit_modules(count)
+
+
+def name_compiled_frame(modules: Iterable[nn.Module]) -> None:
+    """See ``_ModuleLabels.name_compiled_frame``; for every open labeller."""
+    for labels in _labellers:
+        labels.name_compiled_frame(modules)
+
+
+_dispatch_mode = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+
+
 def _module_pre_hook(module: nn.Module, args: Any) -> None:
-    if _is_compiling():
+    # Not a call that runs: a trace on fake tensors (torch.cond's branches, make_fx) is no work,
+    # and the modules it calls get no label.
+    if _is_compiling() or _dispatch_mode(_FAKE) is not None:
         return
     for labels in _labellers:
         labels.pre(module)
@@ -453,3 +512,19 @@ def _module_post_hook(module: nn.Module, args: Any, output: Any) -> None:
         return
     for labels in reversed(_labellers):
         labels.post(module)
+
+
+# Called as a frame of its own under Dynamo's frame callback (a module compiled in place whose
+# own call Dynamo does not trace), a hook would be compiled, with `_is_compiling` folded to True:
+# a hook that labels nothing. Dynamo runs these frames as they are; inlined into a traced call,
+# they still trace to nothing.
+def _run_hooks_as_written() -> None:
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    # SKIP for the frames they call too: a skipped frame's callees would be compiled otherwise.
+    for hook in (_module_pre_hook, _module_post_hook):
+        set_code_exec_strategy(hook.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+
+
+_run_hooks_as_written()
