@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "rust/cxx.h"
 
@@ -14,13 +15,15 @@ namespace torchscan::ffi {
 
 struct EventDescription;
 
-// One dispatcher event, valid for the duration of a start or end callback.
+// One dispatcher event, valid for the duration of a start or end callback, with the calling
+// thread's buffer for its encoded arguments.
 struct OpEvent {
   const at::RecordFunction* fn;
+  std::vector<int64_t>* buffer;
 };
 
 // All three are noexcept: an exception must never cross into Rust. The encoded arguments live
-// in a thread-local buffer, valid until the next read on the same thread.
+// in the event's buffer, valid until the next read on the same thread.
 EventDescription describe(const OpEvent& event) noexcept;
 
 // The Rust API's way in (api.cpp): open a session observing the calling thread, close it (stop

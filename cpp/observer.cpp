@@ -55,9 +55,6 @@ constexpr int64_t kSparse = static_cast<int64_t>(ArgTag::Sparse);
 
 using Buffer = std::vector<int64_t>;
 
-// One per thread: reused, so encoding arguments allocates only while it grows.
-thread_local Buffer t_buffer;
-
 }  // namespace
 
 // The operator's own arguments. A boxed call (functorch's fallbacks, the older vmap's loop over
@@ -230,7 +227,7 @@ EventDescription describe(const OpEvent& event) noexcept {
 }
 
 rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept {
-  Buffer& out = t_buffer;
+  Buffer& out = *event.buffer;
   out.clear();
   try {
     for (const auto& v : arguments(*event.fn)) encode(v, out);
@@ -241,7 +238,7 @@ rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept {
 }
 
 rust::Slice<const int64_t> read_outputs(const OpEvent& event) noexcept {
-  Buffer& out = t_buffer;
+  Buffer& out = *event.buffer;
   out.clear();
   try {
     for (const auto& v : event.fn->outputs()) encode(v, out);
@@ -307,6 +304,8 @@ struct ThreadSlot {
   int wrappers = 0;
   std::array<std::array<int64_t, 3>, kMaxClaims> wrapper{};
   std::vector<ffi::Receipt> undo;  // receipts of kernels that returned inside open wrapper calls
+  // Encoded arguments: reused, so encoding allocates only while it grows (and once per session).
+  std::vector<int64_t> buffer;
 };
 thread_local std::array<ThreadSlot, kSlots> t_slots;
 
@@ -416,7 +415,7 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
     push_claim(st, /*pending=*/false, /*kernel=*/false, ffi::Receipt{});
     return;
   }
-  ffi::OpEvent event{&fn};
+  ffi::OpEvent event{&fn, &st->buffer};
   auto key = reinterpret_cast<std::size_t>(fn.name());
   auto token = reinterpret_cast<std::size_t>(st);
   // Backward work: inside an autograd node, or elsewhere in the engine's execution of a graph
@@ -449,7 +448,7 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
     // operator did not deliver its result, and is not counted.
     bool completed = std::uncaught_exceptions() <= claim.exceptions;
     if (claim.pending) {
-      ffi::OpEvent event{&fn};
+      ffi::OpEvent event{&fn, &st->buffer};
       ffi::on_op_end(slot, generation, reinterpret_cast<std::size_t>(st), completed, event);
     } else if (!completed && claim.receipt.valid) {
       ffi::on_op_abort(slot, generation, claim.receipt);

@@ -243,8 +243,8 @@ impl crate::session::OpEvent for Event<'_> {
         is_op.then_some(OpDescription { name, has_own_kernel, explicit_composite, positional_args })
     }
 
-    fn read_inputs(&self, out: &mut Vec<i64>) {
-        out.extend_from_slice(bridge::read_inputs(self.0));
+    fn inputs(&self) -> &[i64] {
+        bridge::read_inputs(self.0)
     }
 
     fn read_outputs(&self, out: &mut Vec<i64>) {

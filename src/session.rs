@@ -22,6 +22,7 @@
 //! schema) and the argument buffers are reused.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::args::{index_stream, Args};
 use crate::formulas::{self, Category, FormulaError, Rule};
@@ -54,8 +55,8 @@ pub struct OpDescription {
 pub trait OpEvent {
     /// `None` when the event is not a dispatcher operator (an engine marker, a user scope).
     fn describe(&self) -> Option<OpDescription>;
-    /// Appends the encoded inputs (see `args.rs`) to `out`.
-    fn read_inputs(&self, out: &mut Vec<i64>);
+    /// The encoded inputs (see `args.rs`), valid until the next read of this thread's events.
+    fn inputs(&self) -> &[i64];
     /// Appends the encoded outputs to `out`; only called for a custom formula's call (`Decision::CAPTURE`).
     fn read_outputs(&self, out: &mut Vec<i64>);
 }
@@ -295,12 +296,35 @@ impl Counter {
     }
 }
 
+/// Hashes an operator's key (the address of its name) with one multiplication: the default
+/// SipHash, built against adversarial keys, costs more than the rest of the lookup on the
+/// per-operator path, and these keys are addresses the process chose.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        // Fibonacci hashing; the high bits (which hashbrown uses for its tags) mix all input bits.
+        self.0 = (n as u64 ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 pub struct Session {
     config: Config,
     ops: Vec<OpStats>,
     op_by_name: HashMap<String, usize>,
     /// Operator-name address -> index into `ops`; only dispatcher operators (stable addresses).
-    cache: HashMap<usize, usize>,
+    cache: HashMap<usize, usize, BuildHasherDefault<AddressHasher>>,
     total: Counter,
     phases: [Counter; 2],
     backward_seen: bool,
@@ -309,7 +333,6 @@ pub struct Session {
 
     categories: [u64; Category::ALL.len()],
     scopes: ScopeTree,
-    stream: Vec<i64>,
     offsets: Vec<usize>,
     /// Claimed calls that have started and not yet returned.
     pending: Vec<Pending>,
@@ -331,14 +354,13 @@ impl Session {
             config,
             ops: Vec::new(),
             op_by_name: HashMap::new(),
-            cache: HashMap::new(),
+            cache: HashMap::default(),
             total: Counter::default(),
             phases: [Counter::default(), Counter::default()],
             backward_seen: false,
             internal_errors: 0,
             categories: [0; Category::ALL.len()],
             scopes: ScopeTree::new(),
-            stream: Vec::with_capacity(64),
             offsets: Vec::with_capacity(16),
             pending: Vec::with_capacity(8),
             receipt: Receipt::default(),
@@ -423,10 +445,9 @@ impl Session {
             }
             Class::Uncounted => Outcome::Uncounted,
             Class::Formula(index) => {
-                self.stream.clear();
-                event.read_inputs(&mut self.stream);
-                let result = if index_stream(&self.stream, &mut self.offsets) {
-                    formulas::FORMULAS[index].price(&Args::new(&self.stream, &self.offsets))
+                let inputs = event.inputs();
+                let result = if index_stream(inputs, &mut self.offsets) {
+                    formulas::FORMULAS[index].price(&Args::new(inputs, &self.offsets))
                 } else {
                     Err(FormulaError::UnexpectedShape)
                 };
@@ -453,8 +474,7 @@ impl Session {
                 }
             }
             Class::Custom => {
-                let mut inputs = Vec::new();
-                event.read_inputs(&mut inputs);
+                let inputs = event.inputs().to_vec();
                 self.pending.push(Pending { token, op, scope, phase, outcome: Outcome::Custom(inputs) });
                 return Decision::claim(kernel, Decision::PENDING | Decision::CAPTURE);
             }
@@ -470,12 +490,11 @@ impl Session {
     /// dispatched here would have been counted.
     fn on_compiled_end(&mut self, event: &dyn OpEvent, phase: Phase, sequence: i64, origin: Origin) -> Decision {
         let resume = Decision(Decision::SKIP.0 | Decision::RESUME);
-        self.stream.clear();
-        event.read_inputs(&mut self.stream);
-        if !index_stream(&self.stream, &mut self.offsets) {
+        let inputs = event.inputs();
+        if !index_stream(inputs, &mut self.offsets) {
             return resume;
         }
-        let args = Args::new(&self.stream, &self.offsets);
+        let args = Args::new(inputs, &self.offsets);
         let (Some(id), Some(true)) = (args.int(0), args.bool(1)) else { return resume };
         let Some(graph) = priced::lookup(id) else { return resume };
         let base = match (phase, origin) {
@@ -1011,8 +1030,8 @@ mod tests {
                 positional_args: 2,
             })
         }
-        fn read_inputs(&self, out: &mut Vec<i64>) {
-            out.extend_from_slice(&self.inputs);
+        fn inputs(&self) -> &[i64] {
+            &self.inputs
         }
         fn read_outputs(&self, out: &mut Vec<i64>) {
             out.extend_from_slice(&self.outputs);

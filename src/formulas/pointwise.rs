@@ -8,6 +8,12 @@ use crate::args::{Arg, Args};
 
 /// Elements of the broadcast of all tensor arguments (`torch.broadcast_shapes`).
 pub fn broadcast_numel(args: &Args) -> Result<u64, FormulaError> {
+    // The common case first: every tensor of one shape (no broadcasting).
+    let mut tensors = args.tensors();
+    let first = tensors.next().ok_or(FormulaError::MissingTensor(0))?;
+    if tensors.all(|t| t.dims == first.dims) && first.dims.iter().all(|&d| d >= 0) {
+        return first.dims.iter().try_fold(1u64, |total, &d| mul(total, d as u64));
+    }
     let rank = args.tensors().map(|t| t.dims.len()).max().ok_or(FormulaError::MissingTensor(0))?;
     let mut total = 1u64;
     for from_end in 1..=rank {

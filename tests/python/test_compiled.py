@@ -425,7 +425,7 @@ def loop_counts(net, x, backend, how):
 
 
 @pytest.mark.parametrize("model", ["mlp", "broken"])
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [*BACKENDS, "inductor"])
 def test_torchscan_adds_no_graph_break_and_no_recompile(backend, model):
     net, x = (mlp() if model == "mlp" else Broken()), torch.randn(2, 8)
     plain = loop_counts(net, x, backend, "plain")
@@ -532,6 +532,26 @@ def test_inductor_model_with_a_graph_break_counts_what_eager_mode_counts(kind):
         report = measure(workload_of(kind, net, compiled, x))
         assert_inductor_counts_as_eager(report, eager)
     assert report["by_module"]["Broken.fc2"] == (MM2 if kind == "inference" else 3 * MM2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["inference", "training"])
+@pytest.mark.parametrize("backend", [*BACKENDS, "inductor"])
+def test_compiled_torchvision_resnet_counts_what_eager_mode_counts(backend, kind):
+    torchvision = pytest.importorskip("torchvision")
+    # Training-mode BatchNorm (running statistics updated), residual sums, a module (relu)
+    # called twice per block, adaptive pooling, flatten.
+    net, x = torchvision.models.resnet18(num_classes=10), torch.randn(2, 3, 32, 32)
+    eager = counted(workload_of(kind, net, net, x))
+    assert eager["by_module"]["ResNet.layer1.0.relu"] == 2 * (2 * 64 * 8 * 8) * (1 if kind == "inference" else 2)
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(2):
+        report = measure(workload_of(kind, net, compiled, x))
+        assert report["diagnostics"] == []
+        for key in ("total", "by_category", "by_phase", "by_module", "by_module_status"):
+            assert report[key] == eager[key], key
+        renamed = as_inductor_runs(eager["by_operator"], training_batch_norm=True)
+        assert report["by_operator"] == (eager["by_operator"] if backend == "eager" else renamed)
 
 
 @pytest.mark.slow
