@@ -72,10 +72,18 @@ def noop_hooks(work: Callable[[], object]) -> None:
     post.remove()
 
 
+class _LabelsWithoutNative(flops_module._ModuleLabels):
+    """torchscan's module labelling with every native call replaced by nothing."""
+
+    _push = staticmethod(lambda handle, label: None)
+    _pop = staticmethod(lambda handle: None)
+
+    def _name_root(self, root: nn.Module) -> None:
+        self._name_tree(root, flops_module._root_name(root), [])
+
+
 def labels_without_native(work: Callable[[], object]) -> None:
-    labels = flops_module._ModuleLabels(0, None)
-    labels._push = lambda handle, label: None
-    labels._pop = lambda handle: None
+    labels = _LabelsWithoutNative(0, None)
     labels.install()
     work()
     labels.remove()

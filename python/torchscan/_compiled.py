@@ -1,30 +1,32 @@
-"""torch.compile's inductor backend: compiled graphs priced once, counted each time they run.
+"""torch.compile: compiled graphs priced once and counted each time they run, with module labels.
 
 Inductor turns pointwise, reduction, normalization and pooling work into generated kernels that
 never pass the dispatcher, so no RecordFunction event reports them. torchscan prices each graph
-when inductor compiles it instead:
+when it is compiled instead:
 
-- ``compile_fx`` (inductor's entry point) is wrapped. Before inductor compiles a Dynamo graph,
-  AOTAutograd traces it once more without inductor's decompositions and with the default
-  partition (no recomputation): the forward and backward (or inference) ATen graphs that eager
-  mode would run, with each node's module (``nn_module_stack``, and ``fwd_nn_module_stack`` for
-  backward nodes). Each graph is replayed on the meta device in a recording session, with the
-  node's module path as scope, and kept natively as a priced graph (``src/priced.rs``).
-- The graphs inductor compiles (``CompiledFxGraph``) are tagged with the priced graph of the same
-  kind (forward, backward, inference). Each run is bracketed by ``torchscan.compiled_begin`` and
-  ``torchscan.compiled_end(graph, completed)``: sessions observing the thread count nothing the
-  run dispatches, and the end adds the graph's price (operators, categories, phase, and module
-  labels below the module call that ran it) when the run completed.
+- ``compile_fx`` (inductor's entry point) and AOTAutograd's backend entry (``aot_eager`` and its
+  variants) are wrapped. Before the backend compiles a Dynamo graph, AOTAutograd traces it once
+  more without decompositions: the joint forward/backward (or inference) ATen graph eager mode
+  runs, each node with its modules (``nn_module_stack``; ``fwd_nn_module_stack`` for backward
+  nodes). Each side is replayed on the meta device in a recording session, every node inside its
+  modules' scopes (module identities), and kept natively as a priced graph (``src/priced.rs``).
+- The graphs the backend compiles (inductor's ``CompiledFxGraph``, aot_eager's functions) run as
+  priced graphs: bracketed by ``torchscan.compiled_begin`` and ``torchscan.compiled_end(graph,
+  completed)``, so that sessions observing the thread count nothing the run dispatches, and the
+  end adds the graph's price (operators, categories, phase, and the labels each session gave the
+  graph's modules) when the run completed.
 - A graph that cannot be priced (dynamic shapes, an operator with no meta kernel, a tracing
   failure), or one compiled by another path (AOTInductor, a cache entry loaded without
   compiling), is marked by one ``torchscan.inductor_graph`` event per run instead, which sessions
   report as uncounted compiled code (``uncounted_compiled_code``): the total is ``partial``, never
-  a silent undercount.
+  a silent undercount. (Under aot_eager an unpriced graph's operators simply count as they run.)
+- The ``eager`` backend runs Dynamo's graph as Python code, whose operators count as they run;
+  while a session labels modules, it runs node by node inside the nodes' module labels.
 
 The tracing torch.compile does on fake tensors is not counted (the observer recognises
 fake-tensor propagation), and the pricing replay runs with every observing session suppressed.
-Both wrappers are installed when their inductor modules are imported (now, or later through an
-import hook), so that graphs compiled before a measurement started are priced too.
+The wrappers are installed when their modules are imported (now, or later through an import
+hook), so that graphs compiled before a measurement started are priced too.
 """
 
 from __future__ import annotations

@@ -334,10 +334,11 @@ _is_compiling = torch.compiler.is_compiling
 
 def _compiled_original(module: nn.Module) -> nn.Module | None:
     """The module a ``torch.compile`` wrapper (``OptimizedModule``) runs, else ``None``."""
+    # The type first: a missing attribute costs nn.Module.__getattr__ an exception.
+    if type(module).__name__ != "OptimizedModule":
+        return None
     original = getattr(module, "_orig_mod", None)
-    if isinstance(original, nn.Module) and type(module).__name__ == "OptimizedModule":
-        return original
-    return None
+    return original if isinstance(original, nn.Module) else None
 
 
 class _ModuleLabels:
