@@ -4,12 +4,13 @@
 //! the dispatcher, so the observer cannot count them as they run. The Python layer
 //! (`python/torchscan/_compiled.py`) prices each graph when it is compiled instead: it replays the
 //! graph's ATen operators (as AOTAutograd traced them, before inductor's decompositions) on the
-//! meta device inside a recording session, with the graph's own module labels as scopes, and
+//! meta device inside a recording session, with the identities of each node's modules as scopes, and
 //! [`Session::into_priced`] turns that session into a [`PricedGraph`] kept in a process-wide
 //! table. Each run of the compiled graph is then one event (`torchscan::compiled_end`) that adds
 //! the graph's counts to every session observing it ([`Session::add_priced`]): the operators,
-//! categories and module labels the eager run would have counted, attributed below the module
-//! call (or, in backward, below the forward call) that ran the graph. Work the recording could not
+//! categories and module labels the eager run would have counted (each session labels the
+//! modules by identity, `Session::name_modules`), below the module call (or, in backward, the
+//! forward call) that ran the graph. Work the recording could not
 //! price (an operator with no formula) stays partial, with the same diagnostics.
 
 use std::collections::HashMap;

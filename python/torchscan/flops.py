@@ -495,14 +495,8 @@ def name_compiled_frame(modules: Iterable[nn.Module]) -> None:
         labels.name_compiled_frame(modules)
 
 
-_dispatch_mode = torch._C._get_dispatch_mode
-_FAKE = torch._C._TorchDispatchModeKey.FAKE
-
-
 def _module_pre_hook(module: nn.Module, args: Any) -> None:
-    # Not a call that runs: a trace on fake tensors (torch.cond's branches, make_fx) is no work,
-    # and the modules it calls get no label.
-    if _is_compiling() or _dispatch_mode(_FAKE) is not None:
+    if _is_compiling():
         return
     for labels in _labellers:
         labels.pre(module)
