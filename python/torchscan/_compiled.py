@@ -70,15 +70,18 @@ _end = ops.compiled_end.default
 def _run_priced(graph: int, call: Callable[..., Any], *args: Any) -> Any:
     """One run of a priced graph: what it dispatches is not counted one by one, its price is
     added when it completes."""
+    runs = flops.compiled_runs
     if flops._labellers:
         flops.name_compiled_frame(_frame_modules(graph))
     _begin()
+    runs.depth = getattr(runs, "depth", 0) + 1
     completed = False
     try:
         result = call(*args)
         completed = True
         return result
     finally:
+        runs.depth -= 1
         _end(graph, completed)
 
 
@@ -148,8 +151,13 @@ def _wrap_aot_autograd(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def __call__(self: Any, gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        if getattr(_local, "compiling", False) or any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
-            # inductor's own (already priced), or nested inputs (flattened, then called again).
+        if (
+            getattr(_local, "compiling", False)
+            or type(self.kwargs.get("fw_compiler")).__name__ == "SerializableAOTDispatchCompiler"
+            or any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
+        ):
+            # inductor's own (priced through compile_fx, its compiled graphs tagged), or nested
+            # inputs (flattened, then called again).
             return original(self, gm, example_inputs, **kwargs)
         graphs = _price(gm, example_inputs)
         if graphs is None:

@@ -419,10 +419,13 @@ class _ModuleLabels:
             return
         entry = self._names.get(id(module))
         if entry is None:
-            if not self._open_roots or (self._stack and isinstance(module, torch.fx.GraphModule)):
-                # A graph module called inside a labelled call that does not own it is built by
-                # a compiler or a control-flow operator (AOTAutograd's forward, torch.cond's
-                # branches): not one of the user's modules.
+            if not self._open_roots or (
+                isinstance(module, torch.fx.GraphModule) and (self._stack or getattr(compiled_runs, "depth", 0))
+            ):
+                # A graph module called inside a labelled call that does not own it, or inside a
+                # priced compiled graph's run, is built by a compiler or a control-flow operator
+                # (AOTAutograd's forward and backward, torch.cond's branches): not one of the
+                # user's modules.
                 return
             self._name_root(module)
             entry = self._names[id(module)]
@@ -476,6 +479,10 @@ def _remove_global_hooks() -> None:
     _module_hooks._global_forward_pre_hooks.pop(_PRE_HOOK_KEY, None)
     _module_hooks._global_forward_hooks.pop(_POST_HOOK_KEY, None)
     _module_hooks._global_forward_hooks_always_called.pop(_POST_HOOK_KEY, None)
+
+
+# Per thread: how many priced compiled graphs are running (`_compiled._run_priced`).
+compiled_runs = threading.local()
 
 
 def enter_modules(modules: list[int]) -> list[tuple[_ModuleLabels, int]]:

@@ -510,6 +510,11 @@ def test_inductor_mlp_counts_the_hand_computed_operators():
         inference(compiled, x)()
 
     assert counted(twice)["total"]["value"] == 2 * FORWARD
+    with torchscan.count_flops() as counter:  # the context-manager form counts alike
+        training_step(net, compiled, x)()
+        inference(compiled, x)()
+    assert counter.report()["total"]["value"] == STEP + FORWARD
+    assert counter.report()["by_module"]["Sequential.2"] == 2 * LAYER_NORM + 10 * 2 * 16
 
 
 @pytest.mark.slow
@@ -596,3 +601,21 @@ def test_inductor_call_that_raises_counts_only_the_calls_that_completed():
 
     report = measure(bad)
     assert report["total"]["value"] == FORWARD
+
+
+def test_a_custom_aot_autograd_backend_is_priced_and_labelled():
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiled_graphs = []
+
+    def compiler(gm, example_inputs):
+        compiled_graphs.append(gm)
+        return make_boxed_func(gm.forward)
+
+    net, x = mlp(), torch.randn(2, 8)
+    eager = counted(training_step(net, net, x))
+    compiled = torch.compile(net, backend=aot_autograd(fw_compiler=compiler))
+    for _ in range(2):
+        assert_counts_as_eager(measure(training_step(net, compiled, x)), eager, "aot_eager")
+    assert len(compiled_graphs) == 2  # its forward and backward graphs, compiled once
