@@ -253,7 +253,8 @@ rust::Slice<const int64_t> read_outputs(const OpEvent& event) noexcept {
 namespace torchscan::observer {
 namespace {
 
-constexpr std::size_t kSlots = 64;
+// One per session (src/registry.rs MAX_SESSIONS, shared through the bridge).
+constexpr std::size_t kSlots = static_cast<std::size_t>(ffi::Limits::Sessions);
 
 // Generation of the session in each slot; 0 while the slot observes nothing.
 std::array<std::atomic<uint64_t>, kSlots> g_generation{};

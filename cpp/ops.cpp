@@ -16,7 +16,10 @@
 namespace torchscan {
 namespace {
 
-constexpr std::size_t kSlots = 64;
+// One per session (src/registry.rs MAX_SESSIONS, shared through the bridge).
+constexpr std::size_t kSlots = static_cast<std::size_t>(ffi::Limits::Sessions);
+// A handle's slot is its low bits (src/registry.rs, Handle::pack).
+static_assert((kSlots & (kSlots - 1)) == 0, "the session count must be a power of two");
 
 // What the C++ side must remember about an open session: its callbacks and its thread.
 struct Observing {
@@ -94,6 +97,10 @@ std::string format_info(const std::string& report, const std::string& wrap_mode,
 
 std::string compare_reports(const std::string& before, const std::string& after) {
   return std::string(call_core([&] { return ffi::compare_reports(before, after); }));
+}
+
+std::string torchscan_version() {
+  return std::string(ffi::torchscan_version());
 }
 
 std::string torch_version() {
@@ -204,6 +211,7 @@ TORCH_LIBRARY(torchscan, m) {
   def("name_modules(int session, int[] modules, str labels) -> ()", &torchscan::sessions::name_modules);
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
+  def("torchscan_version() -> str", &torchscan::torchscan_version);
   def("inductor_graph() -> ()", &torchscan::inductor_graph);
   def("compiled_begin() -> ()", &torchscan::compiled_begin);
   def("compiled_end(int graph, bool completed) -> ()", &torchscan::compiled_end);

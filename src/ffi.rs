@@ -29,6 +29,13 @@ mod bridge {
         Sparse = 9,
     }
 
+    /// How many sessions can be open at once (`registry::MAX_SESSIONS`): the shim keeps one
+    /// slot of callbacks and thread state per session (checked below at compile time).
+    #[repr(u8)]
+    enum Limits {
+        Sessions = 64,
+    }
+
     /// The bits of `session::Decision` the shim reads (checked below at compile time).
     #[repr(u8)]
     enum DecisionBit {
@@ -96,6 +103,8 @@ mod bridge {
         /// module paths of priced compiled graphs.
         fn name_modules(handle: i64, modules: &[i64], labels: &str) -> Result<()>;
         fn live_sessions() -> usize;
+        /// This package's version (`Cargo.toml`: the one version source).
+        fn torchscan_version() -> &'static str;
         /// An operator starts; returns the `session::Decision` bits.
         fn on_op_start(start: &OpStart, event: &OpEvent, receipt: &mut Receipt) -> u8;
         /// The end of a call `on_op_start` left pending; `completed`: it returned, it did not raise.
@@ -151,7 +160,7 @@ mod bridge {
     }
 }
 
-use bridge::{ArgTag, DecisionBit, EventDescription, OpEvent, OpStart, OpenedSession, Receipt};
+use bridge::{ArgTag, DecisionBit, EventDescription, Limits, OpEvent, OpStart, OpenedSession, Receipt};
 
 const _: () = {
     assert!(ArgTag::None.repr == args::TAG_NONE);
@@ -164,6 +173,7 @@ const _: () = {
     assert!(ArgTag::TensorList.repr == args::TAG_TENSOR_LIST);
     assert!(ArgTag::Other.repr == args::TAG_OTHER);
     assert!(ArgTag::Sparse.repr == args::TAG_SPARSE);
+    assert!(Limits::Sessions.repr as usize == registry::MAX_SESSIONS);
     assert!(DecisionBit::Skip.repr == Decision::SKIP.0);
     assert!(DecisionBit::Capture.repr == Decision::CAPTURE);
     assert!(DecisionBit::Kernel.repr == Decision::KERNEL);
@@ -227,6 +237,10 @@ fn name_modules(handle: i64, modules: &[i64], labels: &str) -> Result<(), String
 
 fn pop_scope(handle: i64) -> Result<(), String> {
     guarded(|| registry::pop_scope(handle))
+}
+
+fn torchscan_version() -> &'static str {
+    crate::report::TORCHSCAN_VERSION
 }
 
 fn live_sessions() -> usize {

@@ -14,6 +14,8 @@ use crate::session::{Config, Decision, OpCall, OpEvent, Receipt, Session};
 
 pub const MAX_SESSIONS: usize = 64;
 const SLOT_BITS: u32 = 6;
+// The shim takes a handle's slot as its low bits (`cpp/ops.cpp`, `slot_of`).
+const _: () = assert!(MAX_SESSIONS == 1 << SLOT_BITS);
 
 enum State {
     Open(Session),

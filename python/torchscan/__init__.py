@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import _compiled, modules, process, report, utils
+from ._native import ops as _ops
 from .compare import compare_reports
 from .crawler import crawl_module, summary
 from .errors import IncompleteAnalysisError
@@ -17,7 +18,7 @@ from .report import (
     metric_result,
 )
 
-__version__ = "0.3.0"
+__version__: str = _ops.torchscan_version()  # Cargo.toml's, through the native core
 
 _compiled.install()
 

@@ -64,3 +64,15 @@ def test_public_submodules_are_attributes():
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["measure_peak_memory", "format_info"]
+
+
+def test_the_version_has_one_source():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cargo = re.search(r'^version = "([^"]+)"', (root / "Cargo.toml").read_text(), re.MULTILINE).group(1)
+    assert torchscan.__version__ == cargo
+    assert torch.ops.torchscan.torchscan_version() == cargo
+    report = torchscan.measure_flops(lambda: None)
+    assert report["context"]["torchscan_version"] == cargo
