@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import torch
-import zoo
 
 import torchscan
+import zoo
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 ENVIRONMENT = ("torch_version", "python_version", "torchscan_version")
