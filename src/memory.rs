@@ -29,7 +29,7 @@ pub struct MemoryTracker {
     blocks: Mutex<Blocks>,
 }
 
-/// What `measure_peak_memory` returns for the CPU (`contract.md`, Peak memory).
+/// What `measure_peak_memory` returns for the CPU (`docs/methodology.md`, Peak memory).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryReport {
     pub device: String,

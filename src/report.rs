@@ -1,5 +1,5 @@
 //! The report types, as serde structs. Every map is a `BTreeMap` so that identical runs give
-//! byte-identical JSON. Field names follow `contract.md` (schema_version 1).
+//! byte-identical JSON. Field names follow `docs/schema.md` (schema_version 1).
 
 use std::collections::BTreeMap;
 

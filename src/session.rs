@@ -1,5 +1,5 @@
-//! One counting session: operator events in, counters out. This file is the counting rule of
-//! `architecture.md`:
+//! One counting session: operator events in, counters out. This file is the counting rule
+//! (`docs/methodology.md`, The counting rule):
 //! - an operator with a formula (or a caller's custom formula) **claims** its call: it is counted
 //!   once and the shim skips everything nested in it;
 //! - one on the ignore list costs zero, with its reason, and is skipped likewise;
