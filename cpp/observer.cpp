@@ -262,10 +262,10 @@ std::array<std::atomic<uint64_t>, kSlots> g_generation{};
 std::array<std::atomic<bool>, kSlots> g_all_threads{};
 std::array<std::atomic<uint64_t>, kSlots> g_owner{};
 
-// Which thread an event comes from (src/session.rs, Origin).
+// Which thread an event comes from (src/session/mod.rs, Origin).
 enum class Origin : uint8_t { Followed = 0, Foreign = 1, Unfollowed = 2 };
 
-// Bits of the core's Decision (src/session.rs), shared through the bridge.
+// Bits of the core's Decision (src/session/mod.rs), shared through the bridge.
 constexpr uint8_t kSkip = static_cast<uint8_t>(ffi::DecisionBit::Skip);
 constexpr uint8_t kKernel = static_cast<uint8_t>(ffi::DecisionBit::Kernel);
 constexpr uint8_t kPending = static_cast<uint8_t>(ffi::DecisionBit::Pending);

@@ -111,7 +111,7 @@ std::string torch_version() {
 // what sessions observe; the core reports its work as uncounted compiled code.
 void inductor_graph() {}
 
-// Around each run of a compiled graph priced when it was compiled (src/priced.rs): sessions
+// Around each run of a compiled graph priced when it was compiled (src/session/priced.rs): sessions
 // observing the thread count nothing the run dispatches, and the end adds the graph's price when
 // the run completed.
 void compiled_begin() {}

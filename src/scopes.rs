@@ -103,7 +103,7 @@ impl ScopeTree {
     }
 
     /// The node for `label` under `parent`, created if needed (the stack is left alone): where
-    /// a priced compiled graph's module work goes (`priced.rs`).
+    /// a priced compiled graph's module work goes (`session/priced.rs`).
     pub fn child(&mut self, parent: u32, label: &str) -> u32 {
         let label = self.label_id(label);
         let next = self.nodes.len() as u32;

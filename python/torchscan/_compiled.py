@@ -9,7 +9,7 @@ when it is compiled instead:
   more without decompositions: the joint forward/backward (or inference) ATen graph eager mode
   runs, each node with its modules (``nn_module_stack``; ``fwd_nn_module_stack`` for backward
   nodes). Each side is replayed on the meta device in a recording session, every node inside its
-  modules' scopes (module identities), and kept natively as a priced graph (``src/priced.rs``).
+  modules' scopes (module identities), and kept natively as a priced graph (``src/session/priced.rs``).
 - The graphs the backend compiles (inductor's ``CompiledFxGraph``, aot_eager's functions) run as
   priced graphs: bracketed by ``torchscan.compiled_begin`` and ``torchscan.compiled_end(graph,
   completed)``, so that sessions observing the thread count nothing the run dispatches, and the

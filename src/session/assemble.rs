@@ -1,0 +1,350 @@
+//! A closed session into its FlopReport: the custom-formula calls to price, their results, and
+//! the report's maps, statuses and diagnostics.
+
+use std::collections::BTreeMap;
+
+use super::{Category, Class, Counter, Phase, Session, Signature, COMPILED_GRAPH_OPERATOR, OPERATOR_DIAGNOSTIC_METRIC};
+use crate::args::{index_stream, Args};
+use crate::formulas::{self, FormulaError};
+use crate::report::{
+    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, Severity, Status, METHOD_NATIVE,
+    SCHEMA_VERSION, TORCHSCAN_VERSION,
+};
+use crate::scopes::CALL_PREFIX;
+
+/// The stats of all overloads of one operator name, for the report.
+struct Merged {
+    class: Class,
+    calls: u64,
+    flops: u64,
+    overflowed: bool,
+    errors: u64,
+    first_error: Option<FormulaError>,
+}
+
+impl Default for Merged {
+    fn default() -> Self {
+        Merged { class: Class::Transparent, calls: 0, flops: 0, overflowed: false, errors: 0, first_error: None }
+    }
+}
+
+impl Session {
+    /// The custom-formula calls to price, as JSON: `[{"operator", "positional_args", "inputs",
+    /// "outputs"}]`, inputs and outputs in the `args.rs` encoding. Index = signature id.
+    pub fn pending_custom_json(&self) -> String {
+        let mut ordered: Vec<(&Signature, usize)> = self.signatures.iter().map(|(s, &i)| (s, i)).collect();
+        ordered.sort_by_key(|&(_, id)| id);
+        let list: Vec<serde_json::Value> = ordered
+            .into_iter()
+            .map(|(s, _)| {
+                serde_json::json!({
+                    "operator": packet_name(&self.ops[s.op].name),
+                    "positional_args": self.ops[s.op].positional_args,
+                    "inputs": decoded(&s.inputs),
+                    "outputs": decoded(&s.outputs),
+                })
+            })
+            .collect();
+        serde_json::Value::Array(list).to_string()
+    }
+
+    /// Builds the report. `custom` holds one entry per pending signature: its FLOPs per call,
+    /// or the name of the exception its formula raised.
+    pub fn into_report(mut self, custom: &[Result<u64, String>]) -> crate::error::Result<FlopReport> {
+        if custom.len() != self.signatures.len() {
+            return Err(crate::error::Error::BadCustomResults(format!(
+                "expected {} results, got {}",
+                self.signatures.len(),
+                custom.len()
+            )));
+        }
+        let mut custom_errors: BTreeMap<usize, (u64, String)> = BTreeMap::new();
+        let mut by_signature = vec![0usize; self.signatures.len()];
+        for (s, &id) in &self.signatures {
+            by_signature[id] = s.op;
+        }
+        let calls: Vec<((usize, u32, u8), u64)> = std::mem::take(&mut self.custom_calls).into_iter().collect();
+        for ((id, scope, phase), n) in calls {
+            let op = by_signature[id];
+            let phase = if phase == Phase::Backward as u8 { Phase::Backward } else { Phase::Forward };
+            match &custom[id] {
+                Ok(per_call) => match per_call.checked_mul(n) {
+                    Some(f) => self.count(op, Category::Custom, scope, phase, f),
+                    None => self.overflow(op, Category::Custom, scope, phase),
+                },
+                Err(exception) => {
+                    let entry = custom_errors.entry(op).or_insert((0, exception.clone()));
+                    entry.0 += n;
+                    self.mark_incomplete(scope, phase);
+                }
+            }
+        }
+        Ok(self.assemble(custom_errors))
+    }
+
+    fn assemble(self, custom_errors: BTreeMap<usize, (u64, String)>) -> FlopReport {
+        let mut by_operator = BTreeMap::new();
+        let mut operator_calls = BTreeMap::new();
+        let mut counted_categories = [false; Category::ALL.len()];
+        let mut ignored_operators = BTreeMap::new();
+        let mut diagnostics = Vec::new();
+        // Overloads share a name: merge their stats under the operator packet.
+        let mut merged: BTreeMap<&str, Merged> = BTreeMap::new();
+        for s in &self.ops {
+            let e = merged.entry(s.name.as_str()).or_insert(Merged { class: s.class, ..Merged::default() });
+            if s.class == Class::Uncounted {
+                e.class = Class::Uncounted;
+            }
+            e.calls += s.calls;
+            e.flops = e.flops.saturating_add(s.flops);
+            e.overflowed |= s.overflowed;
+            e.errors += s.formula_errors;
+            e.first_error = e.first_error.or(s.first_error);
+        }
+        for (name, m) in merged {
+            let Merged { class, calls, flops, overflowed, errors, first_error } = m;
+            let packet = packet_name(name);
+            match class {
+                Class::Formula(i) if calls > 0 && !overflowed => {
+                    if calls > errors {
+                        by_operator.insert(packet.clone(), flops);
+                        operator_calls.insert(packet.clone(), calls - errors);
+                        counted_categories[formulas::FORMULAS[i].category as usize] = true;
+                    }
+                    if let Some(error) = first_error {
+                        diagnostics.push(op_diagnostic(
+                            "formula_error",
+                            Severity::Error,
+                            &packet,
+                            format!("{packet}: {errors} call(s) could not be counted: {}", error.describe()),
+                        ));
+                    }
+                }
+                Class::Formula(_) if overflowed => diagnostics.push(overflow_diagnostic(&packet)),
+                Class::Custom if calls > 0 => {
+                    let failed = custom_errors.get(&self.op_by_name[name]);
+                    if let Some((n, exception)) = failed {
+                        diagnostics.push(op_diagnostic(
+                            "custom_formula_error",
+                            Severity::Error,
+                            &packet,
+                            format!("the custom formula for {packet} raised {exception} on {n} call(s); their work is missing from the total"),
+                        ));
+                    }
+                    let counted = calls - failed.map_or(0, |e| e.0);
+                    if overflowed {
+                        diagnostics.push(overflow_diagnostic(&packet));
+                    } else if counted > 0 {
+                        by_operator.insert(packet.clone(), flops);
+                        operator_calls.insert(packet.clone(), counted);
+                        counted_categories[Category::Custom as usize] = true;
+                    }
+                }
+                Class::Ignored(i) if calls > 0 => {
+                    let reason = formulas::ignored::IGNORED[i].reason.name().to_string();
+                    ignored_operators.insert(packet, IgnoredCount { calls, reason });
+                }
+                Class::Uncounted if calls > 0 && name == COMPILED_GRAPH_OPERATOR => {
+                    diagnostics.push(op_diagnostic(
+                        "uncounted_compiled_code",
+                        Severity::Warning,
+                        &packet,
+                        format!(
+                            "graphs compiled by torch.compile's inductor backend ran {calls} time(s): their generated \
+                             kernels run outside the dispatcher, so their work is missing from the total (the \
+                             operators they dispatch, such as matrix products, are counted); measure the model \
+                             uncompiled, or compiled with backend=\"aot_eager\", for an exact total"
+                        ),
+                    ));
+                }
+                Class::Uncounted if calls > 0 && formulas::quantize::uncounted_reason(name).is_some() => {
+                    let reason = formulas::quantize::uncounted_reason(name).unwrap_or_default();
+                    diagnostics.push(op_diagnostic(
+                        "deliberately_uncounted",
+                        Severity::Warning,
+                        &packet,
+                        format!("{packet} ran {calls} time(s): {reason}; its work is not in the total"),
+                    ));
+                }
+                Class::Uncounted if calls > 0 => {
+                    diagnostics.push(op_diagnostic(
+                        "uncounted_operator",
+                        Severity::Warning,
+                        &packet,
+                        format!(
+                            "{packet} ran {calls} time(s) and has no FLOP formula; its work is missing from the total"
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if !self.unfollowed.is_empty() {
+            let calls: u64 = self.unfollowed.values().sum();
+            let mut names: Vec<String> = self.unfollowed.keys().map(|&op| packet_name(&self.ops[op].name)).collect();
+            names.sort();
+            names.dedup();
+            diagnostics.push(Diagnostic {
+                code: "unfollowed_threads".into(),
+                severity: Severity::Warning,
+                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
+                message: format!(
+                    "{calls} operator call(s) that do arithmetic ({}) ran on threads this session does not \
+                     count (a thread pool, a data-parallel helper); their work is missing from the total: \
+                     measure with threads=\"all\" to count every thread",
+                    names.join(", ")
+                ),
+                path: None,
+                operator: None,
+            });
+        }
+        if self.internal_errors > 0 {
+            diagnostics.push(Diagnostic {
+                code: "internal_error".into(),
+                severity: Severity::Error,
+                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
+                message: format!(
+                    "{} operator event(s) could not be processed (an internal error in torchscan's native core: \
+                     please report it); the total is a lower bound",
+                    self.internal_errors
+                ),
+                path: None,
+                operator: None,
+            });
+        }
+        if self.total.overflowed {
+            diagnostics.push(Diagnostic {
+                code: "flop_overflow".into(),
+                severity: Severity::Error,
+                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
+                message: "the total FLOP count exceeds 2^64; it is reported as unavailable".into(),
+                path: None,
+                operator: None,
+            });
+        }
+        let mut by_category = BTreeMap::new();
+        for category in Category::ALL {
+            let flops = self.categories[category as usize];
+            if flops == u64::MAX {
+                continue; // overflowed: the flop_overflow diagnostic says so
+            }
+            if flops > 0 || counted_categories[category as usize] {
+                by_category.insert(category.name().to_string(), flops);
+            }
+        }
+        let mut by_phase = BTreeMap::new();
+        let phase_metric = |c: &Counter| MetricResult::from_count(c.flops, c.incomplete, c.overflowed, "phase");
+        by_phase.insert("forward".to_string(), phase_metric(&self.phases[0]));
+        if self.backward_seen {
+            by_phase.insert("backward".to_string(), phase_metric(&self.phases[1]));
+        }
+        let (calls, labels): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            self.scopes.by_label().into_iter().partition(|(label, _)| label.starts_with(CALL_PREFIX));
+        let by_module_status = labels.iter().map(|(label, c)| (label.clone(), c.status)).collect();
+        let by_module = labels.into_iter().filter_map(|(label, c)| Some((label, c.flops?))).collect();
+        let by_call = calls
+            .into_iter()
+            .map(|(label, c)| {
+                let metric = match c.flops {
+                    Some(v) => MetricResult::from_count(v, c.status == Status::Partial, false, "module_call"),
+                    None => MetricResult::unavailable("module_call"),
+                };
+                (label.trim_start_matches(CALL_PREFIX).to_string(), metric)
+            })
+            .collect();
+        FlopReport {
+            schema_version: SCHEMA_VERSION,
+            context: FlopContext {
+                torch_version: self.config.torch_version.clone(),
+                torchscan_version: TORCHSCAN_VERSION.to_string(),
+                method: METHOD_NATIVE.to_string(),
+            },
+            total: MetricResult::from_count(self.total.flops, self.total.incomplete, self.total.overflowed, "workload"),
+            by_module,
+            by_module_status,
+            by_call,
+            by_operator,
+            operator_calls,
+            by_category,
+            by_phase,
+            ignored_operators,
+            diagnostics,
+        }
+    }
+}
+
+/// An encoded argument stream as JSON for a custom formula: tensors as `{"shape": [...]}`,
+/// numbers and booleans as themselves, lists as lists, anything else as `null`.
+fn decoded(stream: &[i64]) -> serde_json::Value {
+    use crate::args::Arg;
+    use serde_json::{json, Value};
+    let mut offsets = Vec::new();
+    if !index_stream(stream, &mut offsets) {
+        return Value::Array(Vec::new());
+    }
+    let args = Args::new(stream, &offsets);
+    let shape = |dims: &[i64]| json!({ "shape": dims });
+    let values = (0..args.len()).map(|i| match args.get(i) {
+        Some(Arg::Tensor(t)) => shape(t.dims),
+        Some(Arg::Sparse(t)) => shape(t.tensor.dims),
+        Some(Arg::Int(v)) => json!(v),
+        Some(Arg::Double(v)) => json!(v),
+        Some(Arg::Bool(v)) => json!(v),
+        Some(Arg::IntList(v)) => json!(v),
+        Some(Arg::BoolList(v)) => json!(v.iter().map(|&b| b != 0).collect::<Vec<_>>()),
+        Some(Arg::TensorList(n, mut rest)) => {
+            let mut list = Vec::with_capacity(n);
+            while list.len() < n && rest.len() >= 2 {
+                let ndim = rest[1].max(0) as usize;
+                list.push(shape(&rest[2..(2 + ndim).min(rest.len())]));
+                rest = &rest[(2 + ndim).min(rest.len())..];
+            }
+            Value::Array(list)
+        }
+        _ => Value::Null,
+    });
+    Value::Array(values.collect())
+}
+
+/// Parses the custom-formula results Python sends back: one entry per pending signature, a
+/// non-negative integer (FLOPs per call) or `{"error": "ExceptionName"}`.
+pub fn parse_custom_results(text: &str) -> crate::error::Result<Vec<Result<u64, String>>> {
+    use crate::error::Error;
+    let value: serde_json::Value = serde_json::from_str(if text.trim().is_empty() { "[]" } else { text })
+        .map_err(|e| Error::BadCustomResults(format!("not JSON ({e})")))?;
+    let list = value.as_array().ok_or_else(|| Error::BadCustomResults("expected a JSON list".into()))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            if let Some(n) = item.as_u64() {
+                return Ok(Ok(n));
+            }
+            match item.get("error").and_then(|e| e.as_str()) {
+                Some(name) => Ok(Err(name.to_string())),
+                None => Err(Error::BadCustomResults(format!(
+                    "entry {i} is neither a non-negative integer nor {{\"error\": name}}"
+                ))),
+            }
+        })
+        .collect()
+}
+
+fn op_diagnostic(code: &str, severity: Severity, packet: &str, message: String) -> Diagnostic {
+    Diagnostic {
+        code: code.into(),
+        severity,
+        metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
+        message,
+        path: None,
+        operator: Some(packet.to_string()),
+    }
+}
+
+fn overflow_diagnostic(packet: &str) -> Diagnostic {
+    op_diagnostic(
+        "flop_overflow",
+        Severity::Error,
+        packet,
+        format!("the FLOPs of {packet} exceed 2^64; the totals that include them are unavailable"),
+    )
+}

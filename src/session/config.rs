@@ -1,0 +1,58 @@
+//! What a session is opened with: the caller's options, parsed from the JSON the Python layer and
+//! the native APIs send.
+
+/// The torch version the native library was compiled against (`none` for the pure core).
+pub const BUILT_AGAINST_TORCH: &str = env!("TORCHSCAN_TORCH_VERSION");
+
+/// Options fixed when a session opens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub torch_version: String,
+    /// Qualified names of operators the caller counts with its own formulas.
+    pub custom_operators: Vec<String>,
+    /// Count the operators of every thread, not only the session's own (and autograd's).
+    pub all_threads: bool,
+}
+
+impl Config {
+    /// Parses `{"torch_version": str, "custom_operators": [str, ...], "threads": "current" |
+    /// "all"}` (all optional; the torch version defaults to the one the library was built
+    /// against, threads to "current").
+    pub fn from_json(text: &str) -> crate::error::Result<Config> {
+        use crate::error::Error;
+        let mut config = Config { torch_version: BUILT_AGAINST_TORCH.to_string(), ..Config::default() };
+        if text.trim().is_empty() {
+            return Ok(config);
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Error::BadConfig(format!("not JSON ({e})")))?;
+        let object = value.as_object().ok_or_else(|| Error::BadConfig("expected a JSON object".into()))?;
+        for (key, v) in object {
+            match key.as_str() {
+                "torch_version" => {
+                    config.torch_version =
+                        v.as_str().ok_or_else(|| Error::BadConfig("torch_version must be a string".into()))?.to_string()
+                }
+                "custom_operators" => {
+                    let list =
+                        v.as_array().ok_or_else(|| Error::BadConfig("custom_operators must be a list".into()))?;
+                    for item in list {
+                        let name = item.as_str().filter(|n| n.contains("::") && !n.contains('.')).ok_or_else(|| {
+                            Error::BadConfig("custom_operators holds qualified names like aten::sin".into())
+                        })?;
+                        config.custom_operators.push(name.to_string());
+                    }
+                }
+                "threads" => {
+                    config.all_threads = match v.as_str() {
+                        Some("current") => false,
+                        Some("all") => true,
+                        _ => return Err(Error::BadConfig(format!("threads must be \"current\" or \"all\", got {v}"))),
+                    }
+                }
+                other => return Err(Error::BadConfig(format!("unknown key {other:?}"))),
+            }
+        }
+        Ok(config)
+    }
+}
