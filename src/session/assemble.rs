@@ -83,12 +83,31 @@ impl Session {
     }
 
     fn assemble(self, custom_errors: BTreeMap<usize, (u64, String)>) -> FlopReport {
-        let mut by_operator = BTreeMap::new();
-        let mut operator_calls = BTreeMap::new();
-        let mut counted_categories = [false; Category::ALL.len()];
-        let mut ignored_operators = BTreeMap::new();
-        let mut diagnostics = Vec::new();
-        // Overloads share a name: merge their stats under the operator packet.
+        let mut operators = self.operators(&custom_errors);
+        operators.diagnostics.extend(self.session_diagnostics());
+        let (by_module, by_module_status, by_call) = self.module_maps();
+        FlopReport {
+            schema_version: SCHEMA_VERSION,
+            context: FlopContext {
+                torch_version: self.config.torch_version.clone(),
+                torchscan_version: TORCHSCAN_VERSION.to_string(),
+                method: METHOD_NATIVE.to_string(),
+            },
+            total: MetricResult::from_count(self.total.flops, self.total.incomplete, self.total.overflowed, "workload"),
+            by_module,
+            by_module_status,
+            by_call,
+            by_operator: operators.by_operator,
+            operator_calls: operators.operator_calls,
+            by_category: self.by_category(&operators.counted_categories),
+            by_phase: self.by_phase(),
+            ignored_operators: operators.ignored_operators,
+            diagnostics: operators.diagnostics,
+        }
+    }
+
+    /// Every operator's stats, overloads merged under their operator's name.
+    fn merged_ops(&self) -> BTreeMap<&str, Merged> {
         let mut merged: BTreeMap<&str, Merged> = BTreeMap::new();
         for s in &self.ops {
             let e = merged.entry(s.name.as_str()).or_insert(Merged { class: s.class, ..Merged::default() });
@@ -101,143 +120,124 @@ impl Session {
             e.errors += s.formula_errors;
             e.first_error = e.first_error.or(s.first_error);
         }
-        for (name, m) in merged {
-            let Merged { class, calls, flops, overflowed, errors, first_error } = m;
+        merged
+    }
+
+    /// The per-operator maps and diagnostics.
+    fn operators(&self, custom_errors: &BTreeMap<usize, (u64, String)>) -> Operators {
+        let mut out = Operators::default();
+        for (name, m) in self.merged_ops() {
             let packet = packet_name(name);
-            match class {
-                Class::Formula(i) if calls > 0 && !overflowed => {
-                    if calls > errors {
-                        by_operator.insert(packet.clone(), flops);
-                        operator_calls.insert(packet.clone(), calls - errors);
-                        counted_categories[formulas::FORMULAS[i].category as usize] = true;
+            match m.class {
+                Class::Formula(i) if m.calls > 0 && !m.overflowed => {
+                    if m.calls > m.errors {
+                        out.count(&packet, m.flops, m.calls - m.errors, formulas::FORMULAS[i].category);
                     }
-                    if let Some(error) = first_error {
-                        diagnostics.push(op_diagnostic(
+                    if let Some(error) = m.first_error {
+                        out.diagnostics.push(op_diagnostic(
                             "formula_error",
                             Severity::Error,
                             &packet,
-                            format!("{packet}: {errors} call(s) could not be counted: {}", error.describe()),
+                            format!("{packet}: {} call(s) could not be counted: {}", m.errors, error.describe()),
                         ));
                     }
                 }
-                Class::Formula(_) if overflowed => diagnostics.push(overflow_diagnostic(&packet)),
-                Class::Custom if calls > 0 => {
+                Class::Formula(_) if m.overflowed => out.diagnostics.push(overflow_diagnostic(&packet)),
+                Class::Custom if m.calls > 0 => {
                     let failed = custom_errors.get(&self.op_by_name[name]);
                     if let Some((n, exception)) = failed {
-                        diagnostics.push(op_diagnostic(
+                        out.diagnostics.push(op_diagnostic(
                             "custom_formula_error",
                             Severity::Error,
                             &packet,
                             format!("the custom formula for {packet} raised {exception} on {n} call(s); their work is missing from the total"),
                         ));
                     }
-                    let counted = calls - failed.map_or(0, |e| e.0);
-                    if overflowed {
-                        diagnostics.push(overflow_diagnostic(&packet));
+                    let counted = m.calls - failed.map_or(0, |e| e.0);
+                    if m.overflowed {
+                        out.diagnostics.push(overflow_diagnostic(&packet));
                     } else if counted > 0 {
-                        by_operator.insert(packet.clone(), flops);
-                        operator_calls.insert(packet.clone(), counted);
-                        counted_categories[Category::Custom as usize] = true;
+                        out.count(&packet, m.flops, counted, Category::Custom);
                     }
                 }
-                Class::Ignored(i) if calls > 0 => {
+                Class::Ignored(i) if m.calls > 0 => {
                     let reason = formulas::ignored::IGNORED[i].reason.name().to_string();
-                    ignored_operators.insert(packet, IgnoredCount { calls, reason });
+                    out.ignored_operators.insert(packet, IgnoredCount { calls: m.calls, reason });
                 }
-                Class::Uncounted if calls > 0 && name == COMPILED_GRAPH_OPERATOR => {
-                    diagnostics.push(op_diagnostic(
-                        "uncounted_compiled_code",
-                        Severity::Warning,
-                        &packet,
-                        format!(
-                            "graphs compiled by torch.compile's inductor backend ran {calls} time(s): their generated \
-                             kernels run outside the dispatcher, so their work is missing from the total (the \
-                             operators they dispatch, such as matrix products, are counted); measure the model \
-                             uncompiled, or compiled with backend=\"aot_eager\", for an exact total"
-                        ),
-                    ));
-                }
-                Class::Uncounted if calls > 0 && formulas::quantize::uncounted_reason(name).is_some() => {
-                    let reason = formulas::quantize::uncounted_reason(name).unwrap_or_default();
-                    diagnostics.push(op_diagnostic(
-                        "deliberately_uncounted",
-                        Severity::Warning,
-                        &packet,
-                        format!("{packet} ran {calls} time(s): {reason}; its work is not in the total"),
-                    ));
-                }
-                Class::Uncounted if calls > 0 => {
-                    diagnostics.push(op_diagnostic(
-                        "uncounted_operator",
-                        Severity::Warning,
-                        &packet,
-                        format!(
-                            "{packet} ran {calls} time(s) and has no FLOP formula; its work is missing from the total"
-                        ),
-                    ));
-                }
+                Class::Uncounted if m.calls > 0 => out.diagnostics.push(uncounted_diagnostic(name, &packet, m.calls)),
                 _ => {}
             }
         }
+        out
+    }
+
+    /// Diagnostics about the session rather than one operator: other threads' work, internal
+    /// errors, a total past 2^64.
+    fn session_diagnostics(&self) -> Vec<Diagnostic> {
+        let mut diagnostics = Vec::new();
         if !self.unfollowed.is_empty() {
             let calls: u64 = self.unfollowed.values().sum();
             let mut names: Vec<String> = self.unfollowed.keys().map(|&op| packet_name(&self.ops[op].name)).collect();
             names.sort();
             names.dedup();
-            diagnostics.push(Diagnostic {
-                code: "unfollowed_threads".into(),
-                severity: Severity::Warning,
-                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
-                message: format!(
+            diagnostics.push(session_diagnostic(
+                "unfollowed_threads",
+                Severity::Warning,
+                format!(
                     "{calls} operator call(s) that do arithmetic ({}) ran on threads this session does not \
                      count (a thread pool, a data-parallel helper); their work is missing from the total: \
                      measure with threads=\"all\" to count every thread",
                     names.join(", ")
                 ),
-                path: None,
-                operator: None,
-            });
+            ));
         }
         if self.internal_errors > 0 {
-            diagnostics.push(Diagnostic {
-                code: "internal_error".into(),
-                severity: Severity::Error,
-                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
-                message: format!(
+            diagnostics.push(session_diagnostic(
+                "internal_error",
+                Severity::Error,
+                format!(
                     "{} operator event(s) could not be processed (an internal error in torchscan's native core: \
                      please report it); the total is a lower bound",
                     self.internal_errors
                 ),
-                path: None,
-                operator: None,
-            });
+            ));
         }
         if self.total.overflowed {
-            diagnostics.push(Diagnostic {
-                code: "flop_overflow".into(),
-                severity: Severity::Error,
-                metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
-                message: "the total FLOP count exceeds 2^64; it is reported as unavailable".into(),
-                path: None,
-                operator: None,
-            });
+            diagnostics.push(session_diagnostic(
+                "flop_overflow",
+                Severity::Error,
+                "the total FLOP count exceeds 2^64; it is reported as unavailable".into(),
+            ));
         }
+        diagnostics
+    }
+
+    fn by_category(&self, counted: &[bool; Category::ALL.len()]) -> BTreeMap<String, u64> {
         let mut by_category = BTreeMap::new();
         for category in Category::ALL {
             let flops = self.categories[category as usize];
             if flops == u64::MAX {
                 continue; // overflowed: the flop_overflow diagnostic says so
             }
-            if flops > 0 || counted_categories[category as usize] {
+            if flops > 0 || counted[category as usize] {
                 by_category.insert(category.name().to_string(), flops);
             }
         }
+        by_category
+    }
+
+    fn by_phase(&self) -> BTreeMap<String, MetricResult> {
         let mut by_phase = BTreeMap::new();
         let phase_metric = |c: &Counter| MetricResult::from_count(c.flops, c.incomplete, c.overflowed, "phase");
         by_phase.insert("forward".to_string(), phase_metric(&self.phases[0]));
         if self.backward_seen {
             by_phase.insert("backward".to_string(), phase_metric(&self.phases[1]));
         }
+        by_phase
+    }
+
+    /// `by_module`, `by_module_status` and the per-call counts (`crawl_module`'s layers).
+    fn module_maps(&self) -> ModuleMaps {
         let (calls, labels): (BTreeMap<_, _>, BTreeMap<_, _>) =
             self.scopes.by_label().into_iter().partition(|(label, _)| label.starts_with(CALL_PREFIX));
         let by_module_status = labels.iter().map(|(label, c)| (label.clone(), c.status)).collect();
@@ -252,24 +252,70 @@ impl Session {
                 (label.trim_start_matches(CALL_PREFIX).to_string(), metric)
             })
             .collect();
-        FlopReport {
-            schema_version: SCHEMA_VERSION,
-            context: FlopContext {
-                torch_version: self.config.torch_version.clone(),
-                torchscan_version: TORCHSCAN_VERSION.to_string(),
-                method: METHOD_NATIVE.to_string(),
-            },
-            total: MetricResult::from_count(self.total.flops, self.total.incomplete, self.total.overflowed, "workload"),
-            by_module,
-            by_module_status,
-            by_call,
-            by_operator,
-            operator_calls,
-            by_category,
-            by_phase,
-            ignored_operators,
-            diagnostics,
-        }
+        (by_module, by_module_status, by_call)
+    }
+}
+
+type ModuleMaps = (BTreeMap<String, u64>, BTreeMap<String, Status>, BTreeMap<String, MetricResult>);
+
+/// The per-operator parts of a report, built together.
+#[derive(Default)]
+struct Operators {
+    by_operator: BTreeMap<String, u64>,
+    operator_calls: BTreeMap<String, u64>,
+    counted_categories: [bool; Category::ALL.len()],
+    ignored_operators: BTreeMap<String, IgnoredCount>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl Operators {
+    fn count(&mut self, packet: &str, flops: u64, calls: u64, category: Category) {
+        self.by_operator.insert(packet.to_string(), flops);
+        self.operator_calls.insert(packet.to_string(), calls);
+        self.counted_categories[category as usize] = true;
+    }
+}
+
+/// Why an operator without a formula that ran `calls` times is missing from the total.
+fn uncounted_diagnostic(name: &str, packet: &str, calls: u64) -> Diagnostic {
+    if name == COMPILED_GRAPH_OPERATOR {
+        return op_diagnostic(
+            "uncounted_compiled_code",
+            Severity::Warning,
+            packet,
+            format!(
+                "graphs compiled by torch.compile's inductor backend ran {calls} time(s) without a price (symbolic \
+                 sizes, or compiled outside torchscan's reach): their generated kernels run outside the \
+                 dispatcher, so their work is missing from the total (the operators they dispatch, such as \
+                 matrix products, are counted); compile with static shapes, or measure the model uncompiled, \
+                 for an exact total"
+            ),
+        );
+    }
+    if let Some(reason) = formulas::quantize::uncounted_reason(name) {
+        return op_diagnostic(
+            "deliberately_uncounted",
+            Severity::Warning,
+            packet,
+            format!("{packet} ran {calls} time(s): {reason}; its work is not in the total"),
+        );
+    }
+    op_diagnostic(
+        "uncounted_operator",
+        Severity::Warning,
+        packet,
+        format!("{packet} ran {calls} time(s) and has no FLOP formula; its work is missing from the total"),
+    )
+}
+
+fn session_diagnostic(code: &str, severity: Severity, message: String) -> Diagnostic {
+    Diagnostic {
+        code: code.into(),
+        severity,
+        metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
+        message,
+        path: None,
+        operator: None,
     }
 }
 
