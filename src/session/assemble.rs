@@ -376,14 +376,7 @@ pub fn parse_custom_results(text: &str) -> crate::error::Result<Vec<Result<u64, 
 }
 
 fn op_diagnostic(code: &str, severity: Severity, packet: &str, message: String) -> Diagnostic {
-    Diagnostic {
-        code: code.into(),
-        severity,
-        metric: OPERATOR_DIAGNOSTIC_METRIC.into(),
-        message,
-        path: None,
-        operator: Some(packet.to_string()),
-    }
+    Diagnostic { operator: Some(packet.to_string()), ..session_diagnostic(code, severity, message) }
 }
 
 fn overflow_diagnostic(packet: &str) -> Diagnostic {

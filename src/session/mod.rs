@@ -1139,34 +1139,21 @@ mod tests {
         assert!(r.by_module.is_empty());
         // A module the session names later is labelled from then on (in-place compiled modules
         // are named when their graph first runs).
+        let completed_run = || {
+            op(
+                COMPILED_END_OPERATOR,
+                false,
+                move |s| {
+                    int(s, id);
+                    boolean(s, true);
+                },
+                vec![],
+            )
+        };
         let mut live = Session::new(Config::default());
-        run(
-            &mut live,
-            &[op(
-                COMPILED_END_OPERATOR,
-                false,
-                move |s| {
-                    int(s, id);
-                    boolean(s, true);
-                },
-                vec![],
-            )],
-            Phase::Forward,
-        );
+        run(&mut live, &[completed_run()], Phase::Forward);
         live.name_modules([(7, "Head")]);
-        run(
-            &mut live,
-            &[op(
-                COMPILED_END_OPERATOR,
-                false,
-                move |s| {
-                    int(s, id);
-                    boolean(s, true);
-                },
-                vec![],
-            )],
-            Phase::Forward,
-        );
+        run(&mut live, &[completed_run()], Phase::Forward);
         assert_eq!(report(live).by_module, BTreeMap::from([("Head".to_string(), 120)]));
         assert_eq!(r.by_phase["backward"].value, Some(120));
     }
