@@ -662,6 +662,18 @@ mod tests {
         }
     }
 
+    /// A forward call of operator `name` on the session's own thread.
+    fn forward_call(name: &str) -> OpCall {
+        OpCall {
+            key: name.as_ptr() as usize,
+            token: 1,
+            phase: Phase::Forward,
+            sequence: -1,
+            interposed: false,
+            origin: Origin::Followed,
+        }
+    }
+
     const SKIP_KERNEL: Decision = Decision(Decision::SKIP.0 | Decision::KERNEL);
 
     /// One call as the shim handles it: its start, then, for a claimed call, its end when the
@@ -878,14 +890,7 @@ mod tests {
         let composite = "mylib::thing";
         let with_kernel = String::from("mylib::thing"); // another overload: another address
         let a = op(composite, false, |_| {}, vec![op("aten::mm", true, mm_args, vec![])]);
-        let at = |key: &str| OpCall {
-            key: key.as_ptr() as usize,
-            token: 1,
-            phase: Phase::Forward,
-            sequence: -1,
-            interposed: false,
-            origin: Origin::Followed,
-        };
+        let at = |key: &str| forward_call(key);
         s.on_op_start(at(composite), &a);
         let b =
             Call { name: Some("mylib::thing"), own_kernel: true, inputs: vec![], outputs: vec![], children: vec![] };
@@ -976,14 +981,7 @@ mod tests {
         let fused = op("mylib::fused", true, |_| {}, vec![]);
         let bad_mm = op("aten::mm", true, |a| tensor(a, &[3]), vec![]);
         for (name, event) in [("mylib::fused", &fused), ("aten::mm", &bad_mm)] {
-            let start = OpCall {
-                key: name.as_ptr() as usize,
-                token: 1,
-                phase: Phase::Forward,
-                sequence: -1,
-                interposed: false,
-                origin: Origin::Followed,
-            };
+            let start = forward_call(name);
             assert_ne!(s.on_op_start(start, event), Decision::DESCEND);
             s.on_op_end(1, false, event);
         }
@@ -1039,14 +1037,7 @@ mod tests {
         for (name, own_kernel, expected) in cases {
             let mut s = Session::new(Config::default());
             let event = op(name, own_kernel, mm_args, vec![]);
-            let start = OpCall {
-                key: name.as_ptr() as usize,
-                token: 1,
-                phase: Phase::Forward,
-                sequence: -1,
-                interposed: false,
-                origin: Origin::Followed,
-            };
+            let start = forward_call(name);
             assert_eq!(finish(&mut s, start, &event, true), expected, "{name}");
         }
     }
@@ -1092,14 +1083,7 @@ mod tests {
             )
         };
         let begin = op(COMPILED_BEGIN_OPERATOR, false, |_| {}, vec![]);
-        let at = |call: &Call| OpCall {
-            key: call.name.unwrap().as_ptr() as usize,
-            token: 1,
-            phase: Phase::Forward,
-            sequence: -1,
-            interposed: false,
-            origin: Origin::Followed,
-        };
+        let at = |call: &Call| forward_call(call.name.unwrap());
         live.scopes_mut().push("Net");
         assert_eq!(live.on_op_start(at(&begin), &begin).0, Decision::SKIP.0 | Decision::SUPPRESS);
         let completed = end(true);

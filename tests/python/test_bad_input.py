@@ -545,3 +545,24 @@ def test_crawl_module_leaves_no_stale_global_hook_flag():
     for _ in range(3):
         crawl_module(nn.Linear(2, 2), (2,))
     assert stale_hook_flags() == before, "stale _global_forward_hooks_with_kwargs entries after 3 crawl_module calls"
+
+
+def test_compiled_graph_operators_reject_bad_sessions_and_mismatched_names():
+    ops = torch.ops.torchscan
+    handle = ops.open_session("")
+    try:
+        with pytest.raises(ValueError, match="2 modules but 1 labels"):
+            ops.name_modules(handle, [1, 2], "A")
+    finally:
+        ops.discard_session(handle)
+    with pytest.raises(RuntimeError, match="unknown torchscan session handle 12345"):
+        ops.name_modules(12345, [1], "A")
+    with pytest.raises(RuntimeError, match="unknown torchscan session handle 12345"):
+        ops.price_session(12345)
+    assert ops.live_sessions() == 0
+    # A graph id that was never registered adds nothing; the markers leave no state behind.
+    with torchscan.count_flops() as counter:
+        ops.compiled_begin()
+        ops.compiled_end(987654, True)
+        torch.mm(torch.ones(2, 3), torch.ones(3, 4))
+    assert counter.report()["total"]["value"] == 2 * 2 * 3 * 4
