@@ -258,6 +258,11 @@ def _price(gm: Any, example_inputs: Sequence[Any]) -> dict[str, int] | None:
     """{kind: priced graph id} for the Dynamo graph `gm`; None when it cannot be priced."""
     try:
         traced = _trace(gm, example_inputs)
+        if any(n.meta.get("recompute") is not None for g in traced.values() for n in g.graph.nodes):
+            # Activation checkpointing inside the graph: its backward recomputes forward work that
+            # the joint graph holds once. Not priced (aot_eager then counts as it runs; inductor's
+            # runs are reported as uncounted) rather than priced without the recomputation.
+            raise ValueError("activation checkpointing inside the compiled graph")
         if "joint" in traced:
             joint = traced["joint"]
             graphs = {"forward": _record(joint, "forward"), "backward": _record(joint, "backward")}

@@ -619,3 +619,30 @@ def test_a_custom_aot_autograd_backend_is_priced_and_labelled():
     for _ in range(2):
         assert_counts_as_eager(measure(training_step(net, compiled, x)), eager, "aot_eager")
     assert len(compiled_graphs) == 2  # its forward and backward graphs, compiled once
+
+
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(8, 16), nn.GELU())
+        self.b = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.b(torch.utils.checkpoint.checkpoint(self.a, x, use_reentrant=False))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_checkpointing_inside_a_compiled_region_is_never_undercounted(backend):
+    net, x = Checkpointed(), torch.randn(2, 8, requires_grad=True)
+    eager = counted(training_step(net, net, x))
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(2):
+        report = measure(training_step(net, compiled, x))
+        if backend == "aot_eager":
+            # Counted as it runs: its partitioner's recomputation included (it may recompute a
+            # little more than eager mode's checkpoint), never the joint graph's smaller price.
+            assert report["total"]["status"] == "complete"
+            assert report["total"]["value"] >= eager["total"]["value"]
+        else:  # not priced: reported, never a smaller "complete" total
+            assert report["total"]["status"] == "partial"
+            assert [d["code"] for d in report["diagnostics"]] == ["uncounted_compiled_code"]
