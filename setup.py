@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
@@ -71,6 +71,9 @@ setup(
     packages=["torchscan", "torchscan.modules", "torchscan.process"],
     package_data={"torchscan": ["py.typed", "schemas/*.json"]},
     entry_points={"console_scripts": ["torchscan = torchscan.cli:main"]},
+    # The module hooks' fast path (python/torchscan/_hooks.c): plain C on the Python C API, no
+    # torch headers; it reaches the native library through addresses that library hands out.
+    ext_modules=[Extension("torchscan._hooks", ["python/torchscan/_hooks.c"], extra_compile_args=["-O2"])],
     cmdclass={"build_py": BuildNative},
     distclass=BinaryDistribution,
     zip_safe=False,

@@ -13,11 +13,16 @@ Workloads:
 - peak memory: `torchscan.process.measure_peak_memory(device="cpu")` around a resnet18 training
   step (batch 2, 224x224: forward, backward) against the bare step;
 - crawl: `torchscan.crawl_module` on resnet50 (batch 1, 224x224) against its bare forward
-  (eval, no_grad).
+  (eval, no_grad);
+- mobilenet_v3_small (batch 1, 224x224, eval, no_grad): many small modules, where per-module
+  cost shows: measure_flops and crawl_module against the bare forward;
+- training step: `count_flops` around a tiny step (Linear(64, 64) forward and backward on 8
+  rows), the cost a loop pays to count every step: microseconds added per step.
 
 `--breakdown` also splits resnet18's overhead into its parts: a native session alone (operator
-observation), no-op global module hooks (PyTorch's hooked module-call path), and torchscan's
-module labelling without the native scope calls.
+observation and the session's fixed cost), no-op global module hooks (PyTorch's hooked
+module-call path, which any module hook pays), and measure_flops labelling no module
+(`modules=[]`: the hooks run, every module is passed over natively).
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import torchscan
-from torchscan import flops as flops_module
 from torchscan.process import measure_peak_memory
 
 
@@ -72,21 +76,8 @@ def noop_hooks(work: Callable[[], object]) -> None:
     post.remove()
 
 
-class _LabelsWithoutNative(flops_module._ModuleLabels):
-    """torchscan's module labelling with every native call replaced by nothing."""
-
-    _push = staticmethod(lambda handle, label: None)
-    _pop = staticmethod(lambda handle: None)
-
-    def _name_root(self, root: nn.Module) -> None:
-        self._name_tree(root, flops_module._root_name(root), [])
-
-
-def labels_without_native(work: Callable[[], object]) -> None:
-    labels = _LabelsWithoutNative(0, None)
-    labels.install()
-    work()
-    labels.remove()
+def hooks_without_labels(work: Callable[[], object]) -> None:
+    torchscan.measure_flops(work, modules=[])
 
 
 def peak_memory(work: Callable[[], object]) -> None:
@@ -105,11 +96,41 @@ def crawl(work: Callable[[], object]) -> None:
 
 CRAWL = {"bare": bare, "crawl_module": crawl}
 
+MOBILE_MODEL = torchvision.models.mobilenet_v3_small(weights=None).eval()
+
+
+def mobile_crawl(work: Callable[[], object]) -> None:
+    torchscan.crawl_module(MOBILE_MODEL, args=(CRAWL_INPUT,))
+
+
+MOBILE = {**VARIANTS, "crawl_module": mobile_crawl}
+
+
+def counted_step(work: Callable[[], object]) -> None:
+    with torchscan.count_flops():
+        work()
+
+
+STEPS = 200
+
+
+def steps_bare(step: Callable[[], object]) -> None:
+    for _ in range(STEPS):
+        step()
+
+
+def steps_counted(step: Callable[[], object]) -> None:
+    for _ in range(STEPS):
+        counted_step(step)
+
+
+STEP_LOOP = {"bare": steps_bare, "count_flops": steps_counted}
+
 BREAKDOWN = {
     "bare": bare,
     "session only": session_only,
     "no-op module hooks": noop_hooks,
-    "labels, no native": labels_without_native,
+    "measure_flops, no labels": hooks_without_labels,
     "measure_flops": native,
 }
 
@@ -179,6 +200,19 @@ def main() -> None:
             CRAWL_MODEL(CRAWL_INPUT)
 
     crawled, crawl_ratio = measure(resnet50_forward, options.rounds, CRAWL)
+
+    def mobile_forward() -> None:
+        with torch.no_grad():
+            MOBILE_MODEL(CRAWL_INPUT)
+
+    mobile, mobile_ratio = measure(mobile_forward, options.rounds, MOBILE)
+    layer, layer_x = nn.Linear(64, 64), torch.randn(8, 64)
+
+    def tiny_step() -> None:
+        layer(layer_x).sum().backward()
+
+    steps, _ = measure(tiny_step, options.rounds, STEP_LOOP)
+    step_added_us = (steps["count_flops"] - steps["bare"]) / STEPS * 1e6
     per_op = {name: (t - tiny["bare"]) / options.ops * 1e6 for name, t in tiny.items() if name != "bare"}
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
@@ -196,6 +230,13 @@ def main() -> None:
             "flop_counter_mode_over_bare": net_ratio["FlopCounterMode"],
         },
         "crawl_resnet50": {"seconds": crawled, "crawl_module_over_bare": crawl_ratio["crawl_module"]},
+        "mobilenet_v3_small_forward": {
+            "seconds": mobile,
+            "measure_flops_over_bare": mobile_ratio["measure_flops"],
+            "flop_counter_mode_over_bare": mobile_ratio["FlopCounterMode"],
+            "crawl_module_over_bare": mobile_ratio["crawl_module"],
+        },
+        "training_step": {"steps": STEPS, "seconds": steps, "count_flops_added_us_per_step": step_added_us},
         "peak_memory_training_step": {
             "seconds": memory,
             "measure_peak_memory_over_bare": memory_ratio["measure_peak_memory"],
@@ -215,6 +256,12 @@ def main() -> None:
     print(f"resnet50 (batch 1, 224x224) under crawl_module, median of {options.rounds}:")
     for name, t in crawled.items():
         print(f"  {name:20s} {t * 1e3:9.2f} ms  ({crawl_ratio[name]:.3f}x bare, paired)")
+    print(f"mobilenet_v3_small forward (batch 1, 224x224, no_grad, median of {options.rounds}):")
+    for name, t in mobile.items():
+        print(f"  {name:16s} {t * 1e3:9.2f} ms  ({mobile_ratio[name]:.3f}x bare, paired)")
+    print(f"tiny training step (Linear(64, 64) forward + backward), {STEPS} steps, median of {options.rounds}:")
+    bare_step_us = steps["bare"] / STEPS * 1e6
+    print(f"  bare {bare_step_us:.1f} us/step; count_flops around each step adds {step_added_us:.1f} us/step")
     if options.breakdown:
         _, parts = measure(resnet, options.rounds, BREAKDOWN)
         result["resnet18_breakdown"] = parts

@@ -4,7 +4,9 @@
 
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <ATen/core/dispatch/ObservedOperators.h>
 #include <torch/library.h>
@@ -117,6 +119,51 @@ void inductor_graph() {}
 void compiled_begin() {}
 void compiled_end(int64_t /*graph*/, bool /*completed*/) {}
 
+// The module hooks (python/torchscan/_hooks.c) call these through plain function pointers (with
+// the C types of its typedefs) on every module call: no torch.ops call, no Python object, one
+// call into the core each. `unnamed` receives the sessions that have not named the module (at
+// most `capacity`).
+size_t module_enter(uint64_t module, int64_t* unnamed, size_t capacity) noexcept {
+  return ffi::enter_module(module, rust::Slice<int64_t>(unnamed, capacity));
+}
+
+// After Python named `module` for `session` (its first call): enter it in that session only.
+int module_enter_in(int64_t session, uint64_t module) noexcept {
+  return ffi::enter_module_in(session, module) ? 1 : 0;
+}
+
+void module_exit(uint64_t module) noexcept {
+  ffi::exit_module(module);
+}
+
+// The version of the table below; _hooks.c refuses a table of another version.
+constexpr int64_t kModuleHooksAbi = 1;
+
+template <class F>
+int64_t address(F* f) {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(f));
+}
+
+// [ABI version, module_enter, module_enter_in, module_exit]: how the hooks extension, a separate
+// Python module, finds the entry points of this library (whose symbols are not exported).
+std::vector<int64_t> module_hooks() {
+  return {kModuleHooksAbi, address(&module_enter), address(&module_enter_in), address(&module_exit)};
+}
+
+int64_t enter_modules(int64_t session, c10::ArrayRef<int64_t> modules) {
+  return static_cast<int64_t>(call_core(
+      [&] { return ffi::enter_modules(session, rust::Slice<const int64_t>(modules.data(), modules.size())); }));
+}
+
+void exit_modules(int64_t session, int64_t count) {
+  TORCH_CHECK_VALUE(count >= 0, "count must not be negative, got ", count);
+  call_core([&] { ffi::exit_modules(session, static_cast<size_t>(count)); });
+}
+
+int64_t open_module_calls(int64_t session) {
+  return static_cast<int64_t>(call_core([&] { return ffi::open_module_calls(session); }));
+}
+
 }  // namespace
 
 namespace sessions {
@@ -142,6 +189,12 @@ std::string close(int64_t handle) {
   stop_observing(handle);
   auto pending = call_core([&] { return ffi::close_session(handle); });
   return std::string(pending);
+}
+
+std::string end(int64_t handle) {
+  stop_observing(handle);
+  call_core([&] { return ffi::close_session(handle); });
+  return std::string(call_core([&] { return ffi::finish_session(handle, "[]"); }));
 }
 
 std::string finish(int64_t handle, const std::string& custom_flops) {
@@ -189,8 +242,8 @@ void name_modules(int64_t handle, c10::ArrayRef<int64_t> modules, const std::str
 // internal.
 static const bool g_scope_operators_unobserved = [] {
   auto& unobserved = c10::ObservedOperators::getUnobservedOperatorList();
-  for (const char* name :
-       {"torchscan::enter_call", "torchscan::exit_call", "torchscan::push_scope", "torchscan::pop_scope"}) {
+  for (const char* name : {"torchscan::enter_call", "torchscan::exit_call", "torchscan::push_scope",
+                           "torchscan::pop_scope", "torchscan::enter_modules", "torchscan::exit_modules"}) {
     unobserved.insert(name);
   }
   return true;
@@ -209,6 +262,11 @@ TORCH_LIBRARY(torchscan, m) {
   def("push_scope(int session, str label) -> ()", &torchscan::sessions::push_scope);
   def("pop_scope(int session) -> ()", &torchscan::sessions::pop_scope);
   def("name_modules(int session, int[] modules, str labels) -> ()", &torchscan::sessions::name_modules);
+  def("end_session(int session) -> str", &torchscan::sessions::end);
+  def("module_hooks() -> int[]", &torchscan::module_hooks);
+  def("enter_modules(int session, int[] modules) -> int", &torchscan::enter_modules);
+  def("exit_modules(int session, int count) -> ()", &torchscan::exit_modules);
+  def("open_module_calls(int session) -> int", &torchscan::open_module_calls);
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
   def("torchscan_version() -> str", &torchscan::torchscan_version);

@@ -15,6 +15,9 @@ int64_t open(const std::string& config);
 std::string close(int64_t handle);
 // The FlopReport (JSON) of a closed session, given the custom formulas' results (JSON list).
 std::string finish(int64_t handle, const std::string& custom_flops);
+// Closes a session without custom formulas and returns its FlopReport (JSON): close and finish
+// in one call.
+std::string end(int64_t handle);
 // Frees a session in any state without a report; never throws.
 void discard(int64_t handle);
 void push_scope(int64_t handle, const std::string& label);

@@ -102,6 +102,20 @@ mod bridge {
         /// Labels modules by identity (`labels`: one per module, newline-separated) for the
         /// module paths of priced compiled graphs.
         fn name_modules(handle: i64, modules: &[i64], labels: &str) -> Result<()>;
+        /// A module call starts on the calling thread (its forward pre-hook): the sessions
+        /// labelling it push its label. Returns how many have not named it, their handles in
+        /// `unnamed` (as many as fit). Never panics.
+        fn enter_module(module: u64, unnamed: &mut [i64]) -> usize;
+        /// The same for one session, after Python named the module; whether it pushed a label.
+        /// Never panics.
+        fn enter_module_in(handle: i64, module: u64) -> bool;
+        /// A module call ends on the calling thread (its forward hook). Never panics.
+        fn exit_module(module: u64);
+        /// One node of a graph run node by node enters the calls of its modules (identities,
+        /// outermost first) that are not open already; returns how many it entered.
+        fn enter_modules(handle: i64, modules: &[i64]) -> Result<usize>;
+        fn exit_modules(handle: i64, count: usize) -> Result<()>;
+        fn open_module_calls(handle: i64) -> Result<usize>;
         fn live_sessions() -> usize;
         /// This package's version (`Cargo.toml`: the one version source).
         fn torchscan_version() -> &'static str;
@@ -237,6 +251,30 @@ fn name_modules(handle: i64, modules: &[i64], labels: &str) -> Result<(), String
 
 fn pop_scope(handle: i64) -> Result<(), String> {
     guarded(|| registry::pop_scope(handle))
+}
+
+fn enter_module(module: u64, unnamed: &mut [i64]) -> usize {
+    catch_unwind(AssertUnwindSafe(|| registry::enter_module(module, unnamed))).unwrap_or(0)
+}
+
+fn enter_module_in(handle: i64, module: u64) -> bool {
+    catch_unwind(|| registry::enter_module_in(handle, module)).unwrap_or(false)
+}
+
+fn exit_module(module: u64) {
+    let _ = catch_unwind(|| registry::exit_module(module));
+}
+
+fn enter_modules(handle: i64, modules: &[i64]) -> Result<usize, String> {
+    guarded(|| registry::enter_modules(handle, modules))
+}
+
+fn exit_modules(handle: i64, count: usize) -> Result<(), String> {
+    guarded(|| registry::exit_modules(handle, count))
+}
+
+fn open_module_calls(handle: i64) -> Result<usize, String> {
+    guarded(|| registry::open_module_calls(handle))
 }
 
 fn torchscan_version() -> &'static str {

@@ -5,12 +5,13 @@
 //! Each slot has its own mutex: sessions on different threads never contend. The shim calls
 //! [`on_op_start`] for every operator event; it never panics out (see `ffi.rs`).
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::report::FlopReport;
-use crate::session::{Config, Decision, OpCall, OpEvent, Receipt, Session};
+use crate::session::{Config, Decision, Entered, OpCall, OpEvent, Receipt, Session};
 
 pub const MAX_SESSIONS: usize = 64;
 const SLOT_BITS: u32 = 6;
@@ -70,13 +71,19 @@ pub struct Observation {
 pub fn open(config: Config) -> Result<(Handle, Observation)> {
     let session = Session::new(config);
     let observation = Observation { capture_outputs: session.needs_outputs(), all_threads: session.all_threads() };
+    let labels_modules = session.labels_modules();
     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
     for slot in 0..MAX_SESSIONS {
         let mut guard = lock(slot);
         if guard.state.is_none() {
             guard.generation = generation;
             guard.state = Some(State::Open(session));
-            return Ok((Handle { slot, generation }, observation));
+            let handle = Handle { slot, generation };
+            if labels_modules {
+                // The module hooks of this thread reach the session from now until it closes.
+                let _ = LABELLING.try_with(|sessions| sessions.borrow_mut().push(handle.pack()));
+            }
+            return Ok((handle, observation));
         }
     }
     Err(Error::TooManySessions(MAX_SESSIONS))
@@ -96,6 +103,7 @@ fn with_slot<T>(handle: i64, f: impl FnOnce(&mut Slot, i64) -> Result<T>) -> Res
 
 /// Stops counting; returns the custom-formula calls to price (JSON, see `Session`).
 pub fn close(handle: i64) -> Result<String> {
+    stop_labelling(handle);
     with_slot(handle, |slot, handle| match slot.state.take() {
         Some(State::Open(session)) => {
             let pending = session.pending_custom_json();
@@ -134,6 +142,7 @@ pub fn price(handle: i64) -> Result<i64> {
 
 /// Frees a session's slot whatever its state (error paths). Unknown handles are ignored.
 pub fn discard(handle: i64) {
+    stop_labelling(handle);
     let _ = with_slot(handle, |slot, _| {
         slot.state = None;
         Ok(())
@@ -178,18 +187,80 @@ pub fn pop_scope(handle: i64) -> Result<()> {
 }
 
 /// Names modules for the session: `modules[i]` (a module's identity, Python's `id`) is labelled
-/// `labels[i]` wherever a priced compiled graph ran it (`session::priced`).
+/// `labels[i]` when it is called (the module hooks) and wherever a priced compiled graph ran it.
 pub fn name_modules(handle: i64, modules: &[i64], labels: &[&str]) -> Result<()> {
     if modules.len() != labels.len() {
         return Err(Error::BadConfig(format!("{} modules but {} labels", modules.len(), labels.len())));
     }
+    with_open(handle, |session| session.name_modules(modules.iter().map(|&m| m as u64).zip(labels.iter().copied())))
+}
+
+fn with_open<T>(handle: i64, f: impl FnOnce(&mut Session) -> T) -> Result<T> {
     with_slot(handle, |slot, handle| match &mut slot.state {
-        Some(State::Open(session)) => {
-            session.name_modules(modules.iter().map(|&m| m as u64).zip(labels.iter().copied()));
-            Ok(())
-        }
+        Some(State::Open(session)) => Ok(f(session)),
         _ => Err(Error::SessionClosed(handle)),
     })
+}
+
+thread_local! {
+    /// The sessions that label the module calls of this thread, in the order they started.
+    /// Reserved once: entering and leaving a module allocates nothing.
+    static LABELLING: RefCell<Vec<i64>> = RefCell::new(Vec::with_capacity(MAX_SESSIONS));
+}
+
+/// The session labels module calls no more (on the calling thread; a no-op elsewhere).
+fn stop_labelling(handle: i64) {
+    let _ = LABELLING.try_with(|sessions| sessions.borrow_mut().retain(|&h| h != handle));
+}
+
+/// A module call starts on the calling thread: each session labelling it pushes the module's
+/// label. Returns how many sessions have not named the module (their handles are written to
+/// `unnamed`, as many as fit); Python names it for them and enters it with
+/// [`enter_module_in`].
+pub fn enter_module(module: u64, unnamed: &mut [i64]) -> usize {
+    let mut count = 0;
+    let _ = LABELLING.try_with(|sessions| {
+        let Ok(sessions) = sessions.try_borrow() else { return };
+        for &handle in sessions.iter() {
+            if matches!(with_open(handle, |session| session.enter_module(module)), Ok(Entered::Unnamed)) {
+                if let Some(out) = unnamed.get_mut(count) {
+                    *out = handle;
+                }
+                count += 1;
+            }
+        }
+    });
+    count
+}
+
+/// A module call starts, for one session (after Python named the module); whether a label was
+/// pushed.
+pub fn enter_module_in(handle: i64, module: u64) -> bool {
+    matches!(with_open(handle, |session| session.enter_module(module)), Ok(Entered::Pushed))
+}
+
+/// A module call ends on the calling thread: the sessions labelling it pop its label (the last
+/// to start first).
+pub fn exit_module(module: u64) {
+    let _ = LABELLING.try_with(|sessions| {
+        let Ok(sessions) = sessions.try_borrow() else { return };
+        for &handle in sessions.iter().rev() {
+            let _ = with_open(handle, |session| session.exit_module(module));
+        }
+    });
+}
+
+/// See `Session::enter_modules_once`.
+pub fn enter_modules(handle: i64, modules: &[i64]) -> Result<usize> {
+    with_open(handle, |session| session.enter_modules_once(modules.iter().map(|&m| m as u64)))
+}
+
+pub fn exit_modules(handle: i64, count: usize) -> Result<()> {
+    with_open(handle, |session| session.exit_modules(count))
+}
+
+pub fn open_module_calls(handle: i64) -> Result<usize> {
+    with_open(handle, |session| session.open_module_calls())
 }
 
 /// An operator event for the session in `slot`, if it is still `generation`'s and open;
@@ -259,6 +330,61 @@ pub fn live_sessions() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn labelling(modules: &str) -> i64 {
+        let config = Config::from_json(&format!(r#"{{"modules": "{modules}"}}"#)).unwrap();
+        open(config).unwrap().0.pack()
+    }
+
+    fn by_module(handle: i64) -> Vec<String> {
+        close(handle).unwrap();
+        finish(handle, &[]).unwrap().by_module.keys().cloned().collect()
+    }
+
+    #[test]
+    fn module_calls_reach_the_sessions_of_their_thread_until_they_close() {
+        let named = labelling("named");
+        let all = labelling("all");
+        name_modules(named, &[1, 2], &["Net", "Net.fc"]).unwrap();
+        let mut unnamed = [0i64; 4];
+        // `all` has not named module 1: the hook names it in Python, then enters it there.
+        assert_eq!(enter_module(1, &mut unnamed), 1);
+        assert_eq!(unnamed[0], all);
+        name_modules(all, &[1], &["Other"]).unwrap();
+        assert!(enter_module_in(all, 1));
+        assert_eq!(enter_module(2, &mut unnamed), 1); // `all` has not named 2 either
+                                                      // Another thread's module calls reach neither session.
+        std::thread::spawn(|| {
+            let mut unnamed = [0i64; 4];
+            assert_eq!(enter_module(1, &mut unnamed), 0);
+            exit_module(1);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(open_module_calls(named).unwrap(), 2);
+        assert_eq!(open_module_calls(all).unwrap(), 1);
+        exit_module(2);
+        exit_module(1);
+        assert_eq!(open_module_calls(named).unwrap(), 0);
+        assert_eq!(open_module_calls(all).unwrap(), 0);
+        // A closed session is no longer reached (nor is an unknown handle an error here).
+        assert_eq!(by_module(all), vec!["Other".to_string()]);
+        assert_eq!(enter_module(1, &mut unnamed), 0);
+        exit_module(1);
+        assert!(!enter_module_in(all, 1));
+        discard(named);
+        LABELLING.with_borrow(|sessions| assert!(sessions.is_empty(), "{sessions:?}"));
+    }
+
+    #[test]
+    fn a_session_without_labelling_is_not_reached_by_module_calls() {
+        let (handle, _) = open(Config::default()).unwrap();
+        let handle = handle.pack();
+        name_modules(handle, &[7], &["Net"]).unwrap();
+        assert_eq!(enter_module(7, &mut []), 0);
+        assert_eq!(open_module_calls(handle).unwrap(), 0);
+        discard(handle);
+    }
 
     #[test]
     fn a_panic_while_handling_an_event_is_a_diagnostic_not_an_abort() {

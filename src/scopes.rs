@@ -65,7 +65,14 @@ impl ScopeTree {
     }
 
     pub fn push(&mut self, label: &str) {
-        let node = self.child(self.current(), label);
+        let label = self.label_id(label);
+        self.push_label(label);
+    }
+
+    /// Pushes an interned label ([`Self::label_id`]): a module call's steady-state path, which
+    /// allocates nothing once the call ran at this place of the tree.
+    pub fn push_label(&mut self, label: u32) {
+        let node = self.child_labelled(self.current(), label);
         self.stack.push(node);
     }
 
@@ -106,6 +113,11 @@ impl ScopeTree {
     /// a priced compiled graph's module work goes (`session/priced.rs`).
     pub fn child(&mut self, parent: u32, label: &str) -> u32 {
         let label = self.label_id(label);
+        self.child_labelled(parent, label)
+    }
+
+    /// [`Self::child`] for an interned label.
+    pub fn child_labelled(&mut self, parent: u32, label: u32) -> u32 {
         let next = self.nodes.len() as u32;
         let node = *self.children.entry((parent, label)).or_insert(next);
         if node == next {
@@ -116,8 +128,12 @@ impl ScopeTree {
 
     /// The label of `node`; `None` for the root (work done in no module call).
     pub fn label_of(&self, node: u32) -> Option<&str> {
-        let n = self.nodes.get(node as usize).filter(|_| node != ROOT)?;
-        self.labels.get(n.label as usize).map(String::as_str)
+        self.label_id_of(node).and_then(|label| self.labels.get(label as usize)).map(String::as_str)
+    }
+
+    /// The interned label of `node`; `None` for the root.
+    pub fn label_id_of(&self, node: u32) -> Option<u32> {
+        self.nodes.get(node as usize).filter(|_| node != ROOT).map(|n| n.label)
     }
 
     /// Every node (a module that ran, with or without arithmetic), as (its labels from the root
@@ -139,7 +155,8 @@ impl ScopeTree {
         out
     }
 
-    fn label_id(&mut self, label: &str) -> u32 {
+    /// The label's number in this tree, interned on first use.
+    pub fn label_id(&mut self, label: &str) -> u32 {
         match self.label_ids.get(label) {
             Some(&id) => id,
             None => {

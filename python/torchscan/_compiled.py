@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from . import flops
+from . import _labels
 from ._native import ops
 
 _OUTPUT_CODE = "torch._inductor.output_code"
@@ -70,9 +70,9 @@ _end = ops.compiled_end.default
 def _run_priced(graph: int, call: Callable[..., Any], *args: Any) -> Any:
     """One run of a priced graph: what it dispatches is not counted one by one, its price is
     added when it completes."""
-    runs = flops.compiled_runs
-    if flops._labellers:
-        flops.name_compiled_frame(_frame_modules(graph))
+    runs = _labels.compiled_runs
+    if _labels.labelling():
+        _labels.name_compiled_frame(_frame_modules(graph))
     _begin()
     runs.depth = getattr(runs, "depth", 0) + 1
     completed = False
@@ -210,9 +210,9 @@ def _wrap_eager_backend(module: ModuleType) -> None:
 
         @functools.wraps(compiled)
         def run(*args: Any) -> Any:
-            if not flops._labellers:
+            if not _labels.labelling():
                 return compiled(*args)
-            flops.name_compiled_frame([m for m in (ref() for ref in frame) if m is not None])
+            _labels.name_compiled_frame([m for m in (ref() for ref in frame) if m is not None])
             return _Labelled(gm).run(*args)
 
         return run
@@ -229,11 +229,11 @@ class _Labelled(torch.fx.Interpreter):
     """Runs a Dynamo graph node by node, each inside the labels of its modules."""
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        entered = flops.enter_modules([int(m) for m in _module_labels(n)])
+        entered = _labels.enter_modules([int(m) for m in _module_labels(n)])
         try:
             return super().run_node(n)
         finally:
-            flops.exit_modules(entered)
+            _labels.exit_modules(entered)
 
 
 def _tagging(inner: Callable[..., Any], graphs: dict[str, int]) -> Callable[..., Any]:

@@ -12,12 +12,26 @@ pub struct Config {
     pub custom_operators: Vec<String>,
     /// Count the operators of every thread, not only the session's own (and autograd's).
     pub all_threads: bool,
+    /// Which module calls of the opening thread the session labels (`modules.rs`).
+    pub modules: Labelling,
+}
+
+/// Which module calls a session labels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Labelling {
+    /// None: the caller pushes its own scopes, if any.
+    #[default]
+    Off,
+    /// The modules the caller named (its roots and their submodules).
+    Named,
+    /// Every module called: one nobody named is named when first called.
+    All,
 }
 
 impl Config {
     /// Parses `{"torch_version": str, "custom_operators": [str, ...], "threads": "current" |
-    /// "all"}` (all optional; the torch version defaults to the one the library was built
-    /// against, threads to "current").
+    /// "all", "modules": "named" | "all"}` (all optional; the torch version defaults to the one
+    /// the library was built against, threads to "current", and no module call is labelled).
     pub fn from_json(text: &str) -> crate::error::Result<Config> {
         use crate::error::Error;
         let mut config = Config { torch_version: BUILT_AGAINST_TORCH.to_string(), ..Config::default() };
@@ -50,9 +64,30 @@ impl Config {
                         _ => return Err(Error::BadConfig(format!("threads must be \"current\" or \"all\", got {v}"))),
                     }
                 }
+                "modules" => {
+                    config.modules = match v.as_str() {
+                        Some("named") => Labelling::Named,
+                        Some("all") => Labelling::All,
+                        _ => return Err(Error::BadConfig(format!("modules must be \"named\" or \"all\", got {v}"))),
+                    }
+                }
                 other => return Err(Error::BadConfig(format!("unknown key {other:?}"))),
             }
         }
         Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_labelling_is_off_unless_asked_for() {
+        assert_eq!(Config::from_json("").unwrap().modules, Labelling::Off);
+        assert_eq!(Config::from_json(r#"{"modules": "all"}"#).unwrap().modules, Labelling::All);
+        assert_eq!(Config::from_json(r#"{"modules": "named"}"#).unwrap().modules, Labelling::Named);
+        let error = Config::from_json(r#"{"modules": "some"}"#).unwrap_err().to_string();
+        assert!(error.contains(r#"modules must be "named" or "all", got "some""#), "{error}");
     }
 }

@@ -31,10 +31,12 @@ use crate::scopes::ScopeTree;
 
 mod assemble;
 mod config;
+mod modules;
 pub mod priced;
 
 pub use assemble::parse_custom_results;
-pub use config::{Config, BUILT_AGAINST_TORCH};
+pub use config::{Config, Labelling, BUILT_AGAINST_TORCH};
+pub use modules::Entered;
 
 /// What the shim learns about an operator the first time a session sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -242,8 +244,12 @@ impl Hasher for AddressHasher {
     }
 
     fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
         // Fibonacci hashing; the high bits (which hashbrown uses for its tags) mix all input bits.
-        self.0 = (n as u64 ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (n ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
@@ -272,12 +278,13 @@ pub struct Session {
     /// (signature, scope, phase) -> calls.
     custom_calls: BTreeMap<(usize, u32, u8), u64>,
     priced_scopes: priced::PricedScopes,
-    /// Module identity -> label, for the module paths of priced compiled graphs.
-    module_labels: HashMap<u64, String>,
+    /// The modules labelled by identity, and their open calls (`modules.rs`).
+    modules: modules::ModuleCalls,
 }
 
 impl Session {
     pub fn new(config: Config) -> Session {
+        let modules = modules::ModuleCalls::new(config.modules);
         Session {
             config,
             ops: Vec::new(),
@@ -296,7 +303,7 @@ impl Session {
             signatures: BTreeMap::new(),
             custom_calls: BTreeMap::new(),
             priced_scopes: priced::PricedScopes::new(),
-            module_labels: HashMap::new(),
+            modules,
         }
     }
 
@@ -840,7 +847,7 @@ mod tests {
         let config = Config {
             torch_version: "x".into(),
             custom_operators: vec!["aten::mm".into(), "mylib::fused".into()],
-            all_threads: false,
+            ..Config::default()
         };
         let mut s = Session::new(config);
         assert!(s.needs_outputs());

@@ -158,23 +158,14 @@ impl Session {
         for scope in &graph.scopes {
             let mut node = base;
             for module in &scope.chain {
-                let Some(label) = self.module_labels.get(module) else { continue };
-                if self.scopes.label_of(node) != Some(label.as_str()) {
-                    node = self.scopes.child(node, label);
+                let Some(label) = self.module_label(*module) else { continue };
+                if self.scopes.label_id_of(node) != Some(label) {
+                    node = self.scopes.child_labelled(node, label);
                 }
             }
             nodes.push(node);
         }
         nodes
-    }
-
-    /// Labels modules by identity (see [`Session::add_priced`]).
-    pub fn name_modules<'a>(&mut self, modules: impl IntoIterator<Item = (u64, &'a str)>) {
-        for (module, label) in modules {
-            self.module_labels.insert(module, label.to_string());
-        }
-        // Graphs already placed may now reach modules they passed over.
-        self.priced_scopes.clear();
     }
 }
 

@@ -1,0 +1,253 @@
+"""Module labels: which module's call each operator ran in (``by_module``), one mechanism for
+eager calls, compiled graphs and every session of the process.
+
+Names are given once per measurement: a root module by its class name, its submodules by dotted
+attribute path (as PyTorch's ModuleTracker names them), sent to the native session with the
+modules' identities. From then on every module call costs one native call at its start and one
+at its end (``_hooks.c``): the session finds the label by identity and pushes or pops it. The
+sessions labelling a thread's module calls are kept natively per thread, so calls on other
+threads cost a lookup that finds nothing.
+
+Compiled code: a ``torch.compile`` wrapper takes the label of the module it wraps (eager and
+compiled models are labelled alike). The global hooks are two module-level functions shared by
+every session, which return at once while Dynamo traces them: no graph break, no guard on a
+session's objects. Priced compiled graphs place their work by the module identities their nodes
+carry (``_compiled.py``, ``src/session/priced.rs``), with the same names.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from ._native import ops
+
+try:
+    from . import _hooks
+except ImportError as error:  # pragma: no cover - only on a broken install
+    raise ImportError(
+        "torchscan's module hooks extension (torchscan._hooks) is missing; install the package with "
+        "`pip install --no-build-isolation .` from a source checkout"
+    ) from error
+
+__all__ = ["ModuleLabels", "compiled_runs", "enter_modules", "exit_modules", "labelling", "name_compiled_frame"]
+
+
+def _root_name(module: nn.Module) -> str:
+    original = _compiled_original(module)
+    return type(module if original is None else original).__name__
+
+
+def _compiled_original(module: nn.Module) -> nn.Module | None:
+    """The module a ``torch.compile`` wrapper (``OptimizedModule``) runs, else ``None``."""
+    # The type first: a missing attribute costs nn.Module.__getattr__ an exception.
+    if type(module).__name__ != "OptimizedModule":
+        return None
+    original = getattr(module, "_orig_mod", None)
+    return original if isinstance(original, nn.Module) else None
+
+
+class ModuleLabels:
+    """The module labels of one session, on the thread that opened it.
+
+    ``roots``: the modules whose calls are labelled (with their submodules); ``None`` labels every
+    module the workload calls, each outermost one named by its class name when first called. The
+    session must have been opened with ``"modules": "named"`` or ``"all"`` to match (from then
+    on the native hooks of its thread reach it, until it closes). The named modules are held
+    alive as long as this object (a freed module's identity could be reused by another object).
+    """
+
+    def __init__(self, handle: int, roots: list[nn.Module] | None) -> None:
+        self._handle = handle
+        self._thread = threading.get_ident()
+        self._named: dict[int, nn.Module] = {}
+        self._open_roots = roots is None
+        self._installed = False
+        for root in roots or []:
+            self.name_root(root)
+
+    @property
+    def handle(self) -> int:
+        return self._handle
+
+    def name_root(self, root: nn.Module) -> None:
+        """Names `root` and its submodules in the session: depth first, each child by its
+        attribute name (as ``named_children``: once per parent, ``None`` entries skipped); a
+        module reached twice keeps the name it was given last."""
+        ids: list[int] = []
+        labels: list[str] = []
+        named = self._named
+        pending = [(root, _root_name(root))]
+        while pending:
+            module, name = pending.pop()
+            named[id(module)] = module
+            ids.append(id(module))
+            labels.append(name)
+            original = _compiled_original(module)
+            if original is not None:
+                pending.append((original, name))
+                continue
+            children = module._modules
+            if not children:
+                continue
+            seen: set[int] = set()
+            at = len(pending)
+            for child_name, child in children.items():
+                if child is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    pending.append((child, f"{name}.{child_name}"))
+            pending[at:] = pending[at:][::-1]  # the first child is named next
+        ops.name_modules(self._handle, ids, "\n".join(labels))
+
+    def name_unnamed(self, module: nn.Module) -> bool:
+        """The first call of a module this session has not named (it labels every module): named
+        as a root (the native hook then enters its call). A graph module called inside a labelled
+        call, or inside a priced compiled graph's run, is built by a compiler or a control-flow
+        operator (AOTAutograd's forward and backward, torch.cond's branches): not one of the
+        user's modules, it is passed over (False)."""
+        if isinstance(module, torch.fx.GraphModule) and (
+            ops.open_module_calls(self._handle) or getattr(compiled_runs, "depth", 0)
+        ):
+            return False
+        self.name_root(module)
+        return True
+
+    def name_compiled_frame(self, modules: Iterable[nn.Module]) -> None:
+        """A compiled graph that runs `modules` (the compiled frame's own) is about to run on this
+        thread: with open roots, an unnamed one is named as eager mode's hook would have named it
+        when called (a module compiled in place, or passed to a compiled function, runs no hook)."""
+        if self._open_roots and threading.get_ident() == self._thread:
+            for module in modules:
+                if id(module) not in self._named:
+                    self.name_root(module)
+
+    def enter_modules(self, modules: list[int]) -> int:
+        """The calls of `modules` (identities, outermost first) inside a compiled graph run node
+        by node: each one this session named and has not open already is entered."""
+        if threading.get_ident() != self._thread:
+            return 0
+        return int(ops.enter_modules(self._handle, modules))
+
+    def exit_modules(self, count: int) -> None:
+        if count:
+            ops.exit_modules(self._handle, count)
+
+    def install(self) -> None:
+        global _labellers
+        with _hooks_lock:
+            if not _labellers:
+                _install_global_hooks()
+            _labellers = (*_labellers, self)
+            self._installed = True
+
+    def remove(self) -> None:
+        global _labellers
+        with _hooks_lock:
+            if self._installed:
+                _labellers = tuple(labels for labels in _labellers if labels is not self)
+                self._installed = False
+                if not _labellers:
+                    _remove_global_hooks()
+
+
+# The open labellers of all threads (a tuple, replaced whole: readers iterate a snapshot); the
+# two global hooks are installed while there is at least one.
+_labellers: tuple[ModuleLabels, ...] = ()
+_hooks_lock = threading.Lock()
+
+
+def labelling() -> bool:
+    """Whether any session labels module calls now."""
+    return bool(_labellers)
+
+
+def _name_unnamed(handle: int, module: nn.Module) -> bool:
+    """Called by the native pre-hook for a session that has not named `module`: whether it is
+    named now (the hook then enters its call)."""
+    for labels in _labellers:
+        if labels.handle == handle:
+            return labels.name_unnamed(module)
+    return False
+
+
+_hooks.bind(ops.module_hooks(), _name_unnamed)
+_native_pre = _hooks.pre
+_native_post = _hooks.post
+
+# Dynamo constant-folds this while tracing a hook, so the hook traces to nothing.
+_is_compiling = torch.compiler.is_compiling
+
+
+def _module_pre_hook(module: nn.Module, args: Any) -> None:
+    if _is_compiling():
+        return
+    _native_pre(module, args)
+
+
+def _module_post_hook(module: nn.Module, args: Any, output: Any) -> None:
+    if _is_compiling():
+        return
+    _native_post(module, args, output)
+
+
+# Dynamo guards a compiled frame on the keys of the global hook dicts. register_module_*_hook
+# takes a new key each time, so every measurement would recompile the model; the hooks are put
+# in under two keys reserved once (as register_module_forward_hook does, always_call=True).
+_module_hooks = nn.modules.module
+_PRE_HOOK_KEY = RemovableHandle(_module_hooks._global_forward_pre_hooks).id
+_POST_HOOK_KEY = RemovableHandle(_module_hooks._global_forward_hooks).id
+
+
+def _install_global_hooks() -> None:
+    _module_hooks._global_forward_pre_hooks[_PRE_HOOK_KEY] = _module_pre_hook
+    _module_hooks._global_forward_hooks[_POST_HOOK_KEY] = _module_post_hook
+    _module_hooks._global_forward_hooks_always_called[_POST_HOOK_KEY] = True
+
+
+def _remove_global_hooks() -> None:
+    _module_hooks._global_forward_pre_hooks.pop(_PRE_HOOK_KEY, None)
+    _module_hooks._global_forward_hooks.pop(_POST_HOOK_KEY, None)
+    _module_hooks._global_forward_hooks_always_called.pop(_POST_HOOK_KEY, None)
+
+
+# Per thread: how many priced compiled graphs are running (`_compiled._run_priced`).
+compiled_runs = threading.local()
+
+
+def enter_modules(modules: list[int]) -> list[tuple[ModuleLabels, int]]:
+    """Enters, for every session labelling this thread, the calls of `modules` (identities,
+    outermost first) that it named and that are not open already; what each entered (for
+    exit_modules)."""
+    return [(labels, labels.enter_modules(modules)) for labels in _labellers]
+
+
+def exit_modules(entered: list[tuple[ModuleLabels, int]]) -> None:
+    for labels, count in reversed(entered):
+        labels.exit_modules(count)
+
+
+def name_compiled_frame(modules: Iterable[nn.Module]) -> None:
+    """See ``ModuleLabels.name_compiled_frame``; for every open labeller."""
+    for labels in _labellers:
+        labels.name_compiled_frame(modules)
+
+
+# Called as a frame of its own under Dynamo's frame callback (a module compiled in place whose
+# own call Dynamo does not trace), a hook would be compiled, with `_is_compiling` folded to True:
+# a hook that labels nothing. Dynamo runs these frames as they are; inlined into a traced call,
+# they still trace to nothing.
+def _run_hooks_as_written() -> None:
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    # SKIP for the frames they call too: a skipped frame's callees would be compiled otherwise.
+    for hook in (_module_pre_hook, _module_post_hook):
+        set_code_exec_strategy(hook.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+
+
+_run_hooks_as_written()

@@ -1,0 +1,168 @@
+"""Module labels (by_module): native module hooks, one call into the core per module call event,
+sessions reached per thread, modules named once per measurement."""
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import torchscan
+from torchscan import _hooks, _labels
+from torchscan._native import ops
+
+X = torch.randn(4, 8)
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+# addmm: 2 FLOPs per multiply-add of the 4x8 @ 8x8 product; the bias add is not counted
+# (PyTorch's flop-counter convention, docs/formulas.md).
+LINEAR = 2 * 4 * 8 * 8
+HEAD = 2 * 4 * 8 * 2
+RELU = 4 * 8
+
+
+def global_hooks() -> tuple[int, int]:
+    module = nn.modules.module
+    return len(module._global_forward_pre_hooks), len(module._global_forward_hooks)
+
+
+def test_labels_by_identity_with_hand_computed_values():
+    net = Net()
+    report = torchscan.measure_flops(lambda: net(X))
+    assert report["by_module"] == {
+        "Net": LINEAR + RELU + HEAD,
+        "Net.block": LINEAR + RELU,
+        "Net.block.fc": LINEAR,
+        "Net.block.act": RELU,
+        "Net.head": HEAD,
+    }
+    named = torchscan.measure_flops(lambda: net(X), modules=net)
+    assert named["by_module"] == report["by_module"]
+
+
+def test_the_hooks_are_native_and_removed_after_the_measurement():
+    before = global_hooks()
+    seen = []
+
+    def workload():
+        seen.append(nn.modules.module._global_forward_pre_hooks.get(_labels._PRE_HOOK_KEY))
+        Net()(X)
+
+    torchscan.measure_flops(workload)
+    assert seen == [_labels._module_pre_hook]
+    assert _labels._native_pre is _hooks.pre and _labels._native_post is _hooks.post
+    assert global_hooks() == before
+    assert not _labels.labelling()
+
+
+def test_modules_outside_the_roots_are_passed_over():
+    net, other = Net(), Net()
+    report = torchscan.measure_flops(lambda: (net(X), other(X)), modules=net.block)
+    assert report["by_module"] == {"Block": LINEAR + RELU, "Block.fc": LINEAR, "Block.act": RELU}
+    assert report["total"]["value"] == 2 * (LINEAR + RELU + HEAD)
+    assert torchscan.measure_flops(lambda: net(X), modules=[])["by_module"] == {}
+
+
+def test_nested_sessions_label_the_same_calls_each_by_its_own_names():
+    net = Net()
+    with torchscan.count_flops(modules=net.block) as outer:
+        inner = torchscan.measure_flops(lambda: net(X))
+        net.head(X)
+    assert inner["by_module"]["Net.block.fc"] == LINEAR
+    assert outer.report()["by_module"] == {"Block": LINEAR + RELU, "Block.fc": LINEAR, "Block.act": RELU}
+    assert outer.report()["total"]["value"] == inner["total"]["value"] + HEAD
+
+
+def test_a_child_that_raises_inside_its_parent_does_not_keep_the_parents_work():
+    class Failing(nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    class Parent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.failing = Failing()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            try:
+                self.failing(x)
+            except ValueError:
+                pass
+            return torch.relu(self.fc(x))
+
+    report = torchscan.measure_flops(lambda: Parent()(X))
+    assert report["by_module"] == {"Parent": LINEAR + RELU, "Parent.failing": 0, "Parent.fc": LINEAR}
+
+
+def test_other_threads_module_calls_are_not_labelled_into_the_session():
+    net, other = Net(), Net()
+    started, release = threading.Event(), threading.Event()
+
+    def background():
+        started.set()
+        release.wait(timeout=30)
+        other(X)
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    started.wait(timeout=30)
+
+    def workload():
+        release.set()
+        thread.join(timeout=30)
+        net(X)
+
+    report = torchscan.measure_flops(workload, threads="all")
+    # The background thread's work is counted (threads="all") but labels no module of its own.
+    assert report["total"]["value"] == 2 * (LINEAR + RELU + HEAD)
+    assert report["by_module"]["Net"] == LINEAR + RELU + HEAD
+    assert set(report["by_module"]) == {"Net", "Net.block", "Net.block.fc", "Net.block.act", "Net.head"}
+
+
+def test_many_module_calls_in_one_measurement():
+    act = nn.ReLU()
+    x = torch.randn(4)
+    report = torchscan.measure_flops(lambda: [act(x) for _ in range(5000)])
+    assert report["by_module"] == {"ReLU": 5000 * 4}
+    assert report["operator_calls"] == {"aten.relu": 5000}
+
+
+def test_the_hook_table_is_checked_when_it_is_bound():
+    table = ops.module_hooks()
+    assert len(table) == 4 and table[0] == 1 and all(table[1:])
+    with pytest.raises(ImportError, match=r"module hooks \(ABI 1\) do not match its native library \(ABI 2\)"):
+        _hooks.bind([2, *table[1:]], lambda session, module: False)
+    with pytest.raises(ImportError, match="has 3 entries, expected 4"):
+        _hooks.bind(table[:3], lambda session, module: False)
+    with pytest.raises(TypeError, match="name_unnamed must be callable"):
+        _hooks.bind(table, 3)
+    # The failed binds left the hooks as they were.
+    assert torchscan.measure_flops(lambda: Net()(X))["by_module"]["Net.head"] == HEAD
+
+
+def test_hooks_called_without_a_module_raise_type_error():
+    with pytest.raises(TypeError, match="the module is missing"):
+        _hooks.pre()
+    with pytest.raises(TypeError, match="the module is missing"):
+        _hooks.post()
