@@ -136,18 +136,30 @@ void module_exit(uint64_t module) noexcept {
   ffi::exit_module(module);
 }
 
+// Names a module tree for `session` (identities, and their labels newline-joined); 0 on failure.
+int module_names(int64_t session, const int64_t* modules, size_t count, const char* labels, size_t length) noexcept {
+  try {
+    ffi::name_modules(session, rust::Slice<const int64_t>(modules, count), rust::Str(labels, length));
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
 // The version of the table below; _hooks.c refuses a table of another version.
-constexpr int64_t kModuleHooksAbi = 1;
+constexpr int64_t kModuleHooksAbi = 2;
 
 template <class F>
 int64_t address(F* f) {
   return static_cast<int64_t>(reinterpret_cast<intptr_t>(f));
 }
 
-// [ABI version, module_enter, module_enter_in, module_exit]: how the hooks extension, a separate
-// Python module, finds the entry points of this library (whose symbols are not exported).
+// [ABI version, module_enter, module_enter_in, module_exit, module_names]: how the hooks
+// extension, a separate Python module, finds the entry points of this library (whose symbols are
+// not exported).
 std::vector<int64_t> module_hooks() {
-  return {kModuleHooksAbi, address(&module_enter), address(&module_enter_in), address(&module_exit)};
+  return {kModuleHooksAbi, address(&module_enter), address(&module_enter_in), address(&module_exit),
+          address(&module_names)};
 }
 
 int64_t enter_modules(int64_t session, c10::ArrayRef<int64_t> modules) {

@@ -76,33 +76,10 @@ class ModuleLabels:
         return self._handle
 
     def name_root(self, root: nn.Module) -> None:
-        """Names `root` and its submodules in the session: depth first, each child by its
-        attribute name (as ``named_children``: once per parent, ``None`` entries skipped); a
-        module reached twice keeps the name it was given last."""
-        ids: list[int] = []
-        labels: list[str] = []
-        named = self._named
-        pending = [(root, _root_name(root))]
-        while pending:
-            module, name = pending.pop()
-            named[id(module)] = module
-            ids.append(id(module))
-            labels.append(name)
-            original = _compiled_original(module)
-            if original is not None:
-                pending.append((original, name))
-                continue
-            children = module._modules
-            if not children:
-                continue
-            seen: set[int] = set()
-            at = len(pending)
-            for child_name, child in children.items():
-                if child is not None and id(child) not in seen:
-                    seen.add(id(child))
-                    pending.append((child, f"{name}.{child_name}"))
-            pending[at:] = pending[at:][::-1]  # the first child is named next
-        ops.name_modules(self._handle, ids, "\n".join(labels))
+        """Names `root` and its submodules in the session (natively, one call): depth first,
+        each child by its attribute name (as ``named_children``: once per parent, ``None``
+        entries skipped); a module reached twice keeps the name it was given last."""
+        self._named.update(_hooks.name_tree(self._handle, root, _root_name(root)))
 
     def name_unnamed(self, module: nn.Module) -> bool:
         """The first call of a module this session has not named (it labels every module): named
@@ -175,7 +152,7 @@ def _name_unnamed(handle: int, module: nn.Module) -> bool:
     return False
 
 
-_hooks.bind(ops.module_hooks(), _name_unnamed)
+_hooks.bind(ops.module_hooks(), _name_unnamed, nn.Module)
 _native_pre = _hooks.pre
 _native_post = _hooks.post
 

@@ -150,13 +150,13 @@ def test_many_module_calls_in_one_measurement():
 
 def test_the_hook_table_is_checked_when_it_is_bound():
     table = ops.module_hooks()
-    assert len(table) == 4 and table[0] == 1 and all(table[1:])
-    with pytest.raises(ImportError, match=r"module hooks \(ABI 1\) do not match its native library \(ABI 2\)"):
-        _hooks.bind([2, *table[1:]], lambda session, module: False)
-    with pytest.raises(ImportError, match="has 3 entries, expected 4"):
-        _hooks.bind(table[:3], lambda session, module: False)
+    assert len(table) == 5 and table[0] == 2 and all(table[1:])
+    with pytest.raises(ImportError, match=r"module hooks \(ABI 2\) do not match its native library \(ABI 3\)"):
+        _hooks.bind([3, *table[1:]], lambda session, module: False, nn.Module)
+    with pytest.raises(ImportError, match="has 4 entries, expected 5"):
+        _hooks.bind(table[:4], lambda session, module: False, nn.Module)
     with pytest.raises(TypeError, match="name_unnamed must be callable"):
-        _hooks.bind(table, 3)
+        _hooks.bind(table, 3, nn.Module)
     # The failed binds left the hooks as they were.
     assert torchscan.measure_flops(lambda: Net()(X))["by_module"]["Net.head"] == HEAD
 
@@ -166,3 +166,30 @@ def test_hooks_called_without_a_module_raise_type_error():
         _hooks.pre()
     with pytest.raises(TypeError, match="the module is missing"):
         _hooks.post()
+
+
+def test_a_tree_is_named_as_named_modules_names_it():
+    shared = nn.Linear(8, 8)
+    net = nn.Sequential(shared, nn.ReLU(), shared)  # one module at two paths: named once per parent
+    holder = nn.Module()
+    holder.add_module("missing", None)  # skipped
+    holder.add_module("net", net)
+    wrapped = torch.compile(Net(), backend="eager")  # a compiled wrapper names its module
+    handle = ops.open_session('{"modules": "named"}')
+    try:
+        named = _hooks.name_tree(handle, holder, "Holder")
+        assert named == {id(m): m for m in holder.modules()}
+        assert _hooks.name_tree(handle, wrapped, "Net") == {id(wrapped): wrapped} | {
+            id(m): m for m in wrapped._orig_mod.modules()
+        }
+    finally:
+        ops.discard_session(handle)
+    report = torchscan.measure_flops(lambda: net(X))
+    assert report["by_module"] == {"Sequential": 2 * LINEAR + RELU, "Sequential.0": 2 * LINEAR, "Sequential.1": RELU}
+
+
+def test_naming_in_a_closed_session_is_an_error():
+    handle = ops.open_session('{"modules": "named"}')
+    ops.discard_session(handle)
+    with pytest.raises(RuntimeError, match=f"naming the modules of session {handle} failed"):
+        _hooks.name_tree(handle, Net(), "Net")
