@@ -33,6 +33,7 @@ lint: $(VENV)/.deps
 	$(TCH_ENV) cargo clippy --features tch --all-targets -- -D warnings
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$${CC:-cc} -fsyntax-only -Wall -Wextra -Werror -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" python/torchscan/_hooks.c
 
 # The pure core, then the Rust API on real tch models (torch-sys uses the venv's torch 2.13.0)
 # and the tch example.

@@ -292,7 +292,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "torchscan._hooks", "torchscan's native module hooks.", -1, methods,
+    PyModuleDef_HEAD_INIT, "torchscan._hooks", "torchscan's native module hooks.", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__hooks(void) {
