@@ -7,7 +7,6 @@ caller maps to its own formulas (``custom_mapping``), after the workload has fin
 
 from __future__ import annotations
 
-import copy
 import json
 import operator
 from collections.abc import Callable, Iterable, Mapping
@@ -77,7 +76,8 @@ def measure_flops(
     except BaseException:
         session.abort()
         raise
-    return session.finish()
+    report: FlopReport = json.loads(session.finish())
+    return report
 
 
 class _Session:
@@ -102,9 +102,10 @@ class _Session:
             self.abort()
             raise
 
-    def finish(self) -> FlopReport:
-        """Stops counting and builds the report; custom formulas are priced only now, so that
-        their own work is never counted as the workload's."""
+    def finish(self) -> str:
+        """Stops counting and builds the report (its JSON; parsed by whoever reads it); custom
+        formulas are priced only now, so that their own work is never counted as the
+        workload's."""
         formulas = self._config.formulas
         try:
             try:
@@ -115,11 +116,10 @@ class _Session:
             if formulas:
                 results = _price(json.loads(ended), formulas)
                 ended = ops.finish_session(self._handle, json.dumps(results))
-            report: FlopReport = json.loads(ended)
         except BaseException:
             ops.discard_session(self._handle)
             raise
-        return report
+        return ended
 
     def abort(self) -> None:
         """Stops counting and frees the session without a report (the work raised)."""
@@ -153,7 +153,9 @@ class FlopCounter:
         # Validated here, so that a bad argument fails before any work runs.
         self._session = _Session(_config(modules, custom_mapping, threads))
         self._state: Literal["ready", "counting", "done", "failed"] = "ready"
-        self._report: FlopReport | None = None
+        # The report's JSON: parsed by report(), so that a loop that counts every step and reads
+        # few reports pays for the parse only when it reads one.
+        self._report: str | None = None
 
     def __enter__(self) -> FlopCounter:
         if self._state != "ready":
@@ -187,7 +189,8 @@ class FlopCounter:
             RuntimeError: the block has not been entered, has not exited yet, or raised.
         """
         if self._state == "done" and self._report is not None:
-            return copy.deepcopy(self._report)
+            report: FlopReport = json.loads(self._report)
+            return report
         raise RuntimeError(_NO_REPORT[self._state])
 
 
