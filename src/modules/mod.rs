@@ -15,7 +15,8 @@ pub(crate) mod norm;
 mod pool;
 mod transformer;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// One module call, as Python describes it. `input`/`output`: shapes of the first input and
 /// output tensors.
@@ -81,13 +82,31 @@ pub type Rf = Result<[RfNumber; 3], Failure>;
 
 pub(crate) const POINTWISE_RF: [RfNumber; 3] = [RfNumber::Float(1.0), RfNumber::Float(1.0), RfNumber::Float(0.0)];
 
-/// The four metrics of one call.
+/// The four metrics of one call. Each crosses to Python as `{"value": ...}` or as its failure,
+/// tagged by kind (`{"unsupported": "MyBlock"}`, `{"error": "..."}`, `{"missing_tensor": "..."}`),
+/// not in serde's `Ok`/`Err` layout of a Rust `Result`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metrics {
+    #[serde(serialize_with = "outcome")]
     pub flops: Result<u64, Failure>,
+    #[serde(serialize_with = "outcome")]
     pub macs: Result<u64, Failure>,
+    #[serde(serialize_with = "outcome")]
     pub dmas: Result<u64, Failure>,
+    #[serde(serialize_with = "outcome")]
     pub receptive_field: Rf,
+}
+
+/// A metric's wire form (see [`Metrics`]).
+fn outcome<T: Serialize, S: Serializer>(result: &Result<T, Failure>, serializer: S) -> Result<S::Ok, S::Error> {
+    match result {
+        Ok(value) => {
+            let mut map = serializer.serialize_map(Some(1))?;
+            map.serialize_entry("value", value)?;
+            map.end()
+        }
+        Err(failure) => failure.serialize(serializer),
+    }
 }
 
 pub(crate) fn err(message: impl Into<String>) -> Failure {
@@ -243,8 +262,14 @@ pub fn metrics_json(calls: &str) -> crate::error::Result<String> {
         .map(|value| match serde_json::from_value::<Call>(value) {
             Ok(call) => serde_json::to_value(call.metrics()).unwrap_or(serde_json::Value::Null),
             Err(e) => {
-                let failure = Err::<u64, _>(err(format!("malformed module descriptor: {e}")));
-                serde_json::json!({"flops": failure, "macs": failure, "dmas": failure, "receptive_field": failure})
+                let failure = err(format!("malformed module descriptor: {e}"));
+                let metrics = Metrics {
+                    flops: Err(failure.clone()),
+                    macs: Err(failure.clone()),
+                    dmas: Err(failure.clone()),
+                    receptive_field: Err(failure),
+                };
+                serde_json::to_value(metrics).unwrap_or(serde_json::Value::Null)
             }
         })
         .collect();
@@ -268,6 +293,24 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn metrics_cross_as_values_or_tagged_failures() {
+        let calls = json!([
+            {"family": "identity", "input": [1, 8], "output": [1, 8]},
+            {"family": "unsupported", "type": "MyBlock", "input": [1], "output": [1]},
+            {"family": "linear"},
+        ]);
+        let out: serde_json::Value = serde_json::from_str(&metrics_json(&calls.to_string()).unwrap()).unwrap();
+        assert_eq!(out[0]["flops"], json!({"value": 0}));
+        assert_eq!(out[0]["dmas"], json!({"value": 8}));
+        assert_eq!(out[0]["receptive_field"], json!({"value": [1.0, 1.0, 0.0]}));
+        assert_eq!(out[1]["macs"], json!({"unsupported": "MyBlock"}));
+        let malformed = out[2]["flops"]["error"].as_str().unwrap();
+        assert!(malformed.starts_with("malformed module descriptor: missing field"), "{malformed}");
+        assert_eq!(out[2]["receptive_field"], out[2]["flops"]);
+        assert!(metrics_json("{").is_err());
+    }
+
+    #[test]
     fn identity_flatten_and_unsupported() {
         let id = call(json!({"family": "identity", "input": [1, 8], "output": [1, 8]}));
         assert_eq!(id.metrics(), Metrics { flops: Ok(0), macs: Ok(0), dmas: Ok(8), receptive_field: Ok(POINTWISE_RF) });
@@ -282,16 +325,5 @@ mod tests {
     fn missing_tensors_are_errors_naming_the_side() {
         let l = call(json!({"family": "linear", "in_features": 8, "out_features": 4, "bias": true, "num_params": 36}));
         assert_eq!(l.flops(), Err(Failure::MissingTensor("the module call exposed no input tensor".into())));
-    }
-
-    #[test]
-    fn batch_json_round_trip() {
-        let out =
-            metrics_json(r#"[{"family": "identity", "input": [2, 3], "output": [2, 3]}, {"family": 7}]"#).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v[0]["flops"], json!({"Ok": 0}));
-        assert_eq!(v[0]["receptive_field"], json!({"Ok": [1.0, 1.0, 0.0]}));
-        assert!(v[1]["flops"]["Err"]["error"].as_str().unwrap().starts_with("malformed module descriptor"));
-        assert!(metrics_json("{").is_err());
     }
 }

@@ -29,10 +29,11 @@ def metrics_of(descriptors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _value(module: nn.Module, result: dict[str, Any], neutral: Any) -> Any:
-    if "Ok" in result:
-        value = result["Ok"]
+    """A metric from the core: ``{"value": ...}``, or its failure tagged by kind."""
+    if "value" in result:
+        value = result["value"]
         return tuple(value) if isinstance(value, list) else value
-    failure = result["Err"]
+    failure = result
     if "unsupported" in failure:
         warnings.warn(f"Module type not supported: {module.__class__.__name__}", stacklevel=3)
         return neutral
