@@ -370,8 +370,8 @@ fn per_call(report: &mut FlopReport, layers: usize) -> Vec<Option<MetricResult>>
 /// Builds the report as JSON: `{"report": AnalysisReport, "incomplete": [metric names]}`.
 /// `flops` is the FlopReport of the same forward (from the session), `None` in structure mode.
 pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String> {
-    let doc: Document =
-        serde_json::from_str(document).map_err(|e| Error::BadConfig(format!("malformed analysis document: {e}")))?;
+    let doc: Document = serde_json::from_str(document)
+        .map_err(|e| Error::BadAnalysisInput(format!("malformed analysis document: {e}")))?;
     let full = doc.mode == Mode::Full;
     let mut operator_flops = match flops {
         Some(report) if full => report,
@@ -379,69 +379,14 @@ pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String
     };
     let mut by_call = per_call(&mut operator_flops, doc.layers.len());
 
-    let modules = &doc.modules;
     let mut diagnostics = Vec::new();
     let mut layers = Vec::with_capacity(doc.layers.len());
     for (index, layer) in doc.layers.into_iter().enumerate() {
-        let row = modules.get(layer.module).ok_or_else(|| {
-            Error::BadConfig(format!("malformed analysis document: layer {index} names module {}", layer.module))
-        })?;
-        let mut metrics = Metrics::new();
-        metrics.insert(
-            "calls",
-            AnyMetric::Module(Metric::complete(Number::Int(1), "calls", "module_call", "pytorch_hook")),
-        );
-        if full {
-            let own = by_call[index].take().unwrap_or_else(|| MetricResult::complete(0, "module_call"));
-            metrics.insert("operator_flops", AnyMetric::Operator(own));
-            if row.leaf {
-                let call = match layer.call {
-                    None => None,
-                    Some(CallShapes::Whole(call)) => Some(*call),
-                    Some(CallShapes::Shapes(input, output)) => {
-                        let module = row.descriptor.clone().ok_or_else(|| {
-                            Error::BadConfig(format!(
-                                "malformed analysis document: module {} has no descriptor",
-                                row.path
-                            ))
-                        })?;
-                        Some(Call { input: Some(input), output: Some(output), module })
-                    }
-                };
-                leaf_metrics(call.as_ref(), row.attention, &row.path, &mut metrics, &mut diagnostics);
-            }
-        }
-        layers.push(Layer {
-            path: &row.path,
-            call_index: layer.call_index,
-            name: &row.name,
-            depth: row.depth,
-            type_name: &row.type_name,
-            input: layer.input,
-            output: layer.output,
-            parameters: layer.parameters,
-            buffers: layer.buffers,
-            metrics,
-        });
+        let own = if full { Some(by_call[index].take()) } else { None };
+        layers.push(layer_record(index, layer, &doc.modules, own, &mut diagnostics)?);
     }
     diagnostics.extend(operator_flops.diagnostics.iter().cloned());
-
-    let p = &doc.parameter_totals;
-    let model =
-        |v: u64, unit: &'static str| AnyMetric::Module(Metric::complete(Number::Int(v), unit, "model", "pytorch"));
-    let mut totals = BTreeMap::new();
-    totals.insert("parameters", model(p.trainable.saturating_add(p.frozen), "elements"));
-    totals.insert("trainable_parameters", model(p.trainable, "elements"));
-    totals.insert("frozen_parameters", model(p.frozen, "elements"));
-    totals.insert("parameter_bytes", model(p.parameter_bytes, "bytes"));
-    totals.insert("buffer_elements", model(p.buffer_elements, "elements"));
-    totals.insert("buffer_bytes", model(p.buffer_bytes, "bytes"));
-    for (name, unit) in COUNT_METRICS {
-        let value =
-            if full { aggregate(&layers, name, unit) } else { Metric::unavailable(unit, "forward", NOT_REQUESTED) };
-        totals.insert(name, AnyMetric::Module(value));
-    }
-    totals.insert("operator_flops", AnyMetric::Operator(operator_flops.total.clone()));
+    let totals = totals(&doc.parameter_totals, &layers, full, &operator_flops);
 
     let mut incomplete: BTreeSet<String> =
         totals.iter().filter(|(_, m)| m.is_counted_and_incomplete()).map(|(name, _)| (*name).to_string()).collect();
@@ -459,7 +404,79 @@ pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String
         },
         incomplete: incomplete.into_iter().collect(),
     };
-    serde_json::to_string(&assembled).map_err(|e| Error::BadConfig(format!("the report cannot be serialized: {e}")))
+    serde_json::to_string(&assembled).map_err(|e| Error::Internal(format!("the report cannot be serialized: {e}")))
+}
+
+/// One layer record of the report. `own_flops`: in full mode, the operator FLOPs counted inside
+/// this call (`Some(None)`: none were).
+fn layer_record<'a>(
+    index: usize,
+    layer: LayerCall<'a>,
+    modules: &'a [ModuleRow<'a>],
+    own_flops: Option<Option<MetricResult>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Result<Layer<'a>> {
+    let row = modules.get(layer.module).ok_or_else(|| {
+        Error::BadAnalysisInput(format!("malformed analysis document: layer {index} names module {}", layer.module))
+    })?;
+    let mut metrics = Metrics::new();
+    metrics
+        .insert("calls", AnyMetric::Module(Metric::complete(Number::Int(1), "calls", "module_call", "pytorch_hook")));
+    if let Some(own) = own_flops {
+        metrics.insert(
+            "operator_flops",
+            AnyMetric::Operator(own.unwrap_or_else(|| MetricResult::complete(0, "module_call"))),
+        );
+        if row.leaf {
+            let call = match layer.call {
+                None => None,
+                Some(CallShapes::Whole(call)) => Some(*call),
+                Some(CallShapes::Shapes(input, output)) => {
+                    let module = row.descriptor.clone().ok_or_else(|| {
+                        Error::BadAnalysisInput(format!(
+                            "malformed analysis document: module {} has no descriptor",
+                            row.path
+                        ))
+                    })?;
+                    Some(Call { input: Some(input), output: Some(output), module })
+                }
+            };
+            leaf_metrics(call.as_ref(), row.attention, &row.path, &mut metrics, diagnostics);
+        }
+    }
+    Ok(Layer {
+        path: &row.path,
+        call_index: layer.call_index,
+        name: &row.name,
+        depth: row.depth,
+        type_name: &row.type_name,
+        input: layer.input,
+        output: layer.output,
+        parameters: layer.parameters,
+        buffers: layer.buffers,
+        metrics,
+    })
+}
+
+/// The report's totals: the model's parameters and buffers, the module formulas summed over the
+/// layers (full mode), and the operator FLOPs of the forward.
+fn totals(p: &ParameterTotals, layers: &[Layer], full: bool, operator_flops: &FlopReport) -> Metrics {
+    let model =
+        |v: u64, unit: &'static str| AnyMetric::Module(Metric::complete(Number::Int(v), unit, "model", "pytorch"));
+    let mut totals = BTreeMap::new();
+    totals.insert("parameters", model(p.trainable.saturating_add(p.frozen), "elements"));
+    totals.insert("trainable_parameters", model(p.trainable, "elements"));
+    totals.insert("frozen_parameters", model(p.frozen, "elements"));
+    totals.insert("parameter_bytes", model(p.parameter_bytes, "bytes"));
+    totals.insert("buffer_elements", model(p.buffer_elements, "elements"));
+    totals.insert("buffer_bytes", model(p.buffer_bytes, "bytes"));
+    for (name, unit) in COUNT_METRICS {
+        let value =
+            if full { aggregate(layers, name, unit) } else { Metric::unavailable(unit, "forward", NOT_REQUESTED) };
+        totals.insert(name, AnyMetric::Module(value));
+    }
+    totals.insert("operator_flops", AnyMetric::Operator(operator_flops.total.clone()));
+    totals
 }
 
 #[cfg(test)]
@@ -613,8 +630,8 @@ mod tests {
 
     #[test]
     fn malformed_documents_are_value_errors() {
-        assert!(matches!(assemble_json("{}", None), Err(Error::BadConfig(_))));
-        assert!(matches!(assemble_json("not json", None), Err(Error::BadConfig(_))));
+        assert!(matches!(assemble_json("{}", None), Err(Error::BadAnalysisInput(_))));
+        assert!(matches!(assemble_json("not json", None), Err(Error::BadAnalysisInput(_))));
         // A layer naming a module the table lacks; shapes for a module without a descriptor.
         let mut doc: Value = serde_json::from_str(&document("full", vec![linear()])).unwrap();
         doc["layers"][0][0] = json!(7);

@@ -39,8 +39,17 @@ pub enum Error {
     BadConfig(String),
     #[error("invalid custom FLOP results: {0}")]
     BadCustomResults(String),
-    #[error("expected {expected}, got {got}")]
-    WrongType { expected: &'static str, got: String },
+    /// Module identities and labels handed to a session that do not pair up.
+    #[error("invalid module names: {0}")]
+    BadModuleNames(String),
+    /// What Python records for `crawl_module` and the module formulas (the analysis document,
+    /// module descriptors) is malformed: a bug between the package's two halves, or a caller of
+    /// the internal operators.
+    #[error("invalid analysis input: {0}")]
+    BadAnalysisInput(String),
+    /// An argument outside its allowed values (`wrap_mode`, say).
+    #[error("{0}")]
+    BadArgument(String),
     /// A report given to `compare_reports` has a field of the wrong type.
     #[error("{0}")]
     ReportType(String),
@@ -50,6 +59,9 @@ pub enum Error {
     /// libtorch or the C++ shim refused (a profiler holds the slot, the wrong thread, ...).
     #[error("{0}")]
     Native(String),
+    /// A bug in the core (a report that cannot be serialized, say).
+    #[error("internal error in torchscan's native core: {0} (a bug: please report it)")]
+    Internal(String),
 }
 
 impl Error {
@@ -61,9 +73,15 @@ impl Error {
             | Error::SessionStillOpen(_)
             | Error::TooManySessions(_)
             | Error::ScopeUnderflow(_)
-            | Error::Native(_) => ErrorKind::Runtime,
-            Error::BadConfig(_) | Error::BadCustomResults(_) | Error::ReportValue(_) => ErrorKind::Value,
-            Error::WrongType { .. } | Error::ReportType(_) => ErrorKind::Type,
+            | Error::Native(_)
+            | Error::Internal(_) => ErrorKind::Runtime,
+            Error::BadConfig(_)
+            | Error::BadCustomResults(_)
+            | Error::BadModuleNames(_)
+            | Error::BadAnalysisInput(_)
+            | Error::BadArgument(_)
+            | Error::ReportValue(_) => ErrorKind::Value,
+            Error::ReportType(_) => ErrorKind::Type,
         }
     }
 
@@ -87,7 +105,12 @@ mod tests {
             Error::UnknownSession(7).to_tagged_string(),
             "runtime|unknown torchscan session handle 7: it was never opened, or is already closed"
         );
-        let e = Error::WrongType { expected: "a list", got: "a string".into() };
-        assert_eq!(e.to_tagged_string(), "type|expected a list, got a string");
+        let e = Error::ReportType("a report's 'layers' must be a list".into());
+        assert_eq!(e.to_tagged_string(), "type|a report's 'layers' must be a list");
+        assert_eq!(
+            Error::BadAnalysisInput("layer 3 names module 9".into()).to_tagged_string(),
+            "value|invalid analysis input: layer 3 names module 9"
+        );
+        assert_eq!(Error::Internal("x".into()).kind(), ErrorKind::Runtime);
     }
 }

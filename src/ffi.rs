@@ -368,7 +368,7 @@ fn format_info(
 ) -> Result<String, String> {
     guarded(|| {
         let report: serde_json::Value = serde_json::from_str(report)
-            .map_err(|e| crate::error::Error::BadConfig(format!("the report is not JSON ({e})")))?;
+            .map_err(|e| crate::error::Error::ReportValue(format!("the report is not JSON ({e})")))?;
         let wrap = crate::summary::Wrap::parse((!wrap_mode.is_empty()).then_some(wrap_mode))?;
         crate::summary::format_info(
             &report,

@@ -190,7 +190,7 @@ pub fn pop_scope(handle: i64) -> Result<()> {
 /// `labels[i]` when it is called (the module hooks) and wherever a priced compiled graph ran it.
 pub fn name_modules(handle: i64, modules: &[i64], labels: &[&str]) -> Result<()> {
     if modules.len() != labels.len() {
-        return Err(Error::BadConfig(format!("{} modules but {} labels", modules.len(), labels.len())));
+        return Err(Error::BadModuleNames(format!("{} modules but {} labels", modules.len(), labels.len())));
     }
     with_open(handle, |session| session.name_modules(modules.iter().map(|&m| m as u64).zip(labels.iter().copied())))
 }

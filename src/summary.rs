@@ -33,7 +33,7 @@ impl Wrap {
             Some("mid") => Ok(Wrap::Mid),
             Some("end") => Ok(Wrap::End),
             None => Ok(Wrap::None),
-            Some(other) => Err(Error::BadConfig(format!("wrap_mode must be 'mid', 'end' or None, got {other:?}"))),
+            Some(other) => Err(Error::BadArgument(format!("wrap_mode must be 'mid', 'end' or None, got {other:?}"))),
         }
     }
 }
@@ -203,9 +203,9 @@ pub fn format_info(
     effective_rf_stats: bool,
     max_width: Option<usize>,
 ) -> Result<String> {
-    let layers = report["layers"].as_array().ok_or_else(|| Error::BadConfig("report has no 'layers' list".into()))?;
+    let layers = report["layers"].as_array().ok_or_else(|| Error::ReportValue("report has no 'layers' list".into()))?;
     let totals =
-        report["totals"].as_object().ok_or_else(|| Error::BadConfig("report has no 'totals' mapping".into()))?;
+        report["totals"].as_object().ok_or_else(|| Error::ReportValue("report has no 'totals' mapping".into()))?;
     let mut widths: [usize; 8] = HEADERS.map(chars);
     for layer in layers {
         for (w, cell) in widths.iter_mut().zip(cells(layer, &[None; 8], wrap)) {

@@ -256,7 +256,7 @@ impl Call {
 /// for a whole analysis). A malformed descriptor is that call's error, not the batch's.
 pub fn metrics_json(calls: &str) -> crate::error::Result<String> {
     let values: Vec<serde_json::Value> = serde_json::from_str(calls)
-        .map_err(|e| crate::error::Error::BadConfig(format!("module descriptors are not a JSON list ({e})")))?;
+        .map_err(|e| crate::error::Error::BadAnalysisInput(format!("module descriptors are not a JSON list ({e})")))?;
     let results: Vec<serde_json::Value> = values
         .into_iter()
         .map(|value| match serde_json::from_value::<Call>(value) {

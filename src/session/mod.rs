@@ -322,25 +322,15 @@ impl Session {
     /// An operator starts. A claimed call is only counted when it returns ([`Self::on_op_end`]).
     pub fn on_op_start(&mut self, call: OpCall, event: &dyn OpEvent) -> Decision {
         let OpCall { key, token, phase, sequence, interposed, origin } = call;
-        let op = match self.cache.get(&key) {
-            Some(&op) => op,
-            None => match event.describe() {
-                Some(description) => {
-                    let op = self.intern(description);
-                    self.cache.insert(key, op);
-                    op
-                }
-                None => {
-                    // Not an operator: a custom autograd Function's forward (torch.compile's
-                    // CompiledFunction among them) carries the number of the node it creates,
-                    // whose backward belongs to the module it runs in.
-                    if phase == Phase::Forward && origin == Origin::Followed {
-                        let scope = self.scopes.current();
-                        self.scopes.remember_sequence(sequence, scope);
-                    }
-                    return Decision::DESCEND;
-                }
-            },
+        let Some(op) = self.op_of(key, event) else {
+            // Not an operator: a custom autograd Function's forward (torch.compile's
+            // CompiledFunction among them) carries the number of the node it creates, whose
+            // backward belongs to the module it runs in.
+            if phase == Phase::Forward && origin == Origin::Followed {
+                let scope = self.scopes.current();
+                self.scopes.remember_sequence(sequence, scope);
+            }
+            return Decision::DESCEND;
         };
         match self.ops[op].class {
             Class::CompiledBegin => return Decision(Decision::SKIP.0 | Decision::SUPPRESS),
@@ -350,64 +340,26 @@ impl Session {
         if origin == Origin::Unfollowed {
             return self.on_unfollowed(op, interposed, phase);
         }
-        let scope = match phase {
-            // Another thread's forward work happens in no module call of this session's.
-            Phase::Forward if origin == Origin::Foreign => ScopeTree::ROOT,
-            Phase::Forward => {
-                let scope = self.scopes.current();
-                self.scopes.remember_sequence(sequence, scope);
-                scope
-            }
-            Phase::Backward => {
-                self.backward_seen = true;
-                self.scopes.scope_of_sequence(sequence)
-            }
-        };
+        let scope = self.scope_of(phase, origin, sequence);
         if interposed {
             return Decision::DESCEND;
         }
-        let stats = &mut self.ops[op];
-        let kernel = stats.kernel;
-        let outcome = match stats.class {
+        let kernel = self.ops[op].kernel;
+        let outcome = match self.ops[op].class {
             Class::Transparent => return Decision::DESCEND,
             // Handled before (compiled graphs), or torchscan's own.
             Class::Internal | Class::CompiledBegin | Class::CompiledEnd => return Decision::SKIP,
             Class::Ignored(_) => {
                 // Counted now (a call, no arithmetic); taken back if it raises.
-                stats.calls += 1;
+                self.ops[op].calls += 1;
                 self.receipt = Receipt { valid: true, op: op as u32, scope, phase: phase as u8, category: 0, flops: 0 };
                 return Decision::claim(kernel, 0);
             }
             Class::Uncounted => Outcome::Uncounted,
-            Class::Formula(index) => {
-                let inputs = event.inputs();
-                let result = if index_stream(inputs, &mut self.offsets) {
-                    formulas::FORMULAS[index].price(&Args::new(inputs, &self.offsets))
-                } else {
-                    Err(FormulaError::UnexpectedShape)
-                };
-                let category = formulas::FORMULAS[index].category;
-                match result {
-                    Ok(flops) => {
-                        // The common case is counted now, not when it returns: the shim has
-                        // nothing to report at its end unless it raises (see `undo`).
-                        self.ops[op].calls += 1;
-                        self.count(op, category, scope, phase, flops);
-                        self.receipt = Receipt {
-                            valid: true,
-                            op: op as u32,
-                            scope,
-                            phase: phase as u8,
-                            category: category as u8,
-                            flops,
-                        };
-                        return Decision::claim(kernel, 0);
-                    }
-                    Err(FormulaError::Overflow) => Outcome::Overflow(category),
-                    Err(FormulaError::Descend) => return Decision::DESCEND,
-                    Err(error) => Outcome::Failed(error),
-                }
-            }
+            Class::Formula(index) => match self.price_call(op, index, scope, phase, event) {
+                Ok(decision) => return decision,
+                Err(outcome) => outcome,
+            },
             Class::Custom => {
                 let inputs = event.inputs().to_vec();
                 self.pending.push(Pending { token, op, scope, phase, outcome: Outcome::Custom(inputs) });
@@ -418,6 +370,70 @@ impl Session {
         // cannot be taken back: they wait for the call's end.
         self.pending.push(Pending { token, op, scope, phase, outcome });
         Decision::claim(kernel, Decision::PENDING)
+    }
+
+    /// The session's entry for the operator `key` names, described on its first event (`None`:
+    /// the event is not a dispatcher operator).
+    #[inline]
+    fn op_of(&mut self, key: usize, event: &dyn OpEvent) -> Option<usize> {
+        if let Some(&op) = self.cache.get(&key) {
+            return Some(op);
+        }
+        let op = self.intern(event.describe()?);
+        self.cache.insert(key, op);
+        Some(op)
+    }
+
+    /// The scope node an operator's work goes to: the current module call for forward work
+    /// (remembered for the autograd node it may create), the module whose forward created the
+    /// node for backward work, no module for another thread's forward work.
+    #[inline]
+    fn scope_of(&mut self, phase: Phase, origin: Origin, sequence: i64) -> u32 {
+        match phase {
+            Phase::Forward if origin == Origin::Foreign => ScopeTree::ROOT,
+            Phase::Forward => {
+                let scope = self.scopes.current();
+                self.scopes.remember_sequence(sequence, scope);
+                scope
+            }
+            Phase::Backward => {
+                self.backward_seen = true;
+                self.scopes.scope_of_sequence(sequence)
+            }
+        }
+    }
+
+    /// A call of an operator with a formula: counted now when the formula prices it (the
+    /// common case: the shim has nothing to report at its end unless it raises, see `undo`);
+    /// otherwise the outcome that waits for the call's end, or descent into its children.
+    #[inline]
+    fn price_call(
+        &mut self,
+        op: usize,
+        index: usize,
+        scope: u32,
+        phase: Phase,
+        event: &dyn OpEvent,
+    ) -> Result<Decision, Outcome> {
+        let inputs = event.inputs();
+        let result = if index_stream(inputs, &mut self.offsets) {
+            formulas::FORMULAS[index].price(&Args::new(inputs, &self.offsets))
+        } else {
+            Err(FormulaError::UnexpectedShape)
+        };
+        let category = formulas::FORMULAS[index].category;
+        match result {
+            Ok(flops) => {
+                self.ops[op].calls += 1;
+                self.count(op, category, scope, phase, flops);
+                self.receipt =
+                    Receipt { valid: true, op: op as u32, scope, phase: phase as u8, category: category as u8, flops };
+                Ok(Decision::claim(self.ops[op].kernel, 0))
+            }
+            Err(FormulaError::Overflow) => Err(Outcome::Overflow(category)),
+            Err(FormulaError::Descend) => Ok(Decision::DESCEND),
+            Err(error) => Err(Outcome::Failed(error)),
+        }
     }
 
     /// The end of a priced compiled graph's run: `(graph: int, completed: bool)`. A run that
