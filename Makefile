@@ -26,6 +26,9 @@ demo: setup
 	$(abspath $(VENV))/bin/torchscan
 	$(PY) examples/demo.py
 
+# Formatted by clang-format (.clang-format), checked by `make lint`.
+CPP_SOURCES := cpp/*.cpp cpp/*.h cpp/include/torchscan/*.h examples/cpp/main.cpp python/torchscan/_hooks.c
+
 lint: $(VENV)/.deps
 	cargo fmt --check
 	cargo clippy --no-default-features --all-targets -- -D warnings
@@ -33,6 +36,8 @@ lint: $(VENV)/.deps
 	$(TCH_ENV) cargo clippy --features tch --all-targets -- -D warnings
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(abspath $(VENV))/bin/clang-format --dry-run --Werror $(CPP_SOURCES)
 	$${CC:-cc} -fsyntax-only -Wall -Wextra -Werror -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" python/torchscan/_hooks.c
 
 # The pure core, then the Rust API on real tch models (torch-sys uses the venv's torch 2.13.0)

@@ -36,8 +36,8 @@ class PeakMemoryReporter final : public ProfilerStateBase {
                                          /*profile_memory=*/true)),
         tracker_(ffi::new_memory_tracker()) {}
 
-  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t /*total_allocated*/,
-                         size_t /*total_reserved*/, c10::Device device) override {
+  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t /*total_allocated*/, size_t /*total_reserved*/,
+                         c10::Device device) override {
     if (device.is_cpu()) tracker_->record(reinterpret_cast<std::size_t>(ptr), alloc_size);
   }
 
@@ -103,7 +103,8 @@ std::string memory_stop(int64_t id) {
 }  // namespace torchscan
 
 TORCH_LIBRARY_FRAGMENT(torchscan, m) {
-  m.def(torch::schema("memory_start() -> int", c10::AliasAnalysisKind::CONSERVATIVE), &torchscan::sessions::memory_start);
+  m.def(torch::schema("memory_start() -> int", c10::AliasAnalysisKind::CONSERVATIVE),
+        &torchscan::sessions::memory_start);
   m.def(torch::schema("memory_stop(int measurement) -> str", c10::AliasAnalysisKind::CONSERVATIVE),
         &torchscan::sessions::memory_stop);
 }

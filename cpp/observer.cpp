@@ -170,8 +170,8 @@ void encode(const c10::IValue& v, Buffer& out) {
 // `matmul` opaque for dense tensors (docs/methodology.md lists this limit).
 const c10::DispatchKeySet& backend_keys() {
   using K = c10::DispatchKey;
-  static const c10::DispatchKeySet keys({K::CPU, K::CUDA, K::HIP, K::XPU, K::MPS, K::XLA, K::Lazy, K::HPU,
-                                         K::MTIA, K::PrivateUse1});
+  static const c10::DispatchKeySet keys(
+      {K::CPU, K::CUDA, K::HIP, K::XPU, K::MPS, K::XLA, K::Lazy, K::HPU, K::MTIA, K::PrivateUse1});
   return keys;
 }
 
@@ -277,9 +277,9 @@ constexpr uint8_t kResume = static_cast<uint8_t>(ffi::DecisionBit::Resume);
 // left a receipt, handed back only if the call raises: a call that returns costs nothing more.
 struct Claim {
   int64_t depth = 0;
-  int exceptions = 0;  // std::uncaught_exceptions() when it started
+  int exceptions = 0;    // std::uncaught_exceptions() when it started
   bool pending = false;  // the core waits for its end
-  bool kernel = false;  // an ATen kernel: calls from its autograd layer are operators of their own
+  bool kernel = false;   // an ATen kernel: calls from its autograd layer are operators of their own
   ffi::Receipt receipt{};
 };
 
@@ -292,7 +292,7 @@ struct ThreadSlot {
   uint64_t generation = 0;
   int64_t depth = 0;
   int64_t backward_from = 0;
-  int64_t backward_sequence = -1;  // the enclosing autograd node's sequence number
+  int64_t backward_sequence = -1;   // the enclosing autograd node's sequence number
   int64_t last_node_sequence = -1;  // the last autograd node entered on this thread
   int claims = 0;
   int suppressed = 0;  // open runs of priced compiled graphs: their operators are in the price
@@ -427,8 +427,8 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
   int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
   ffi::Receipt receipt{};
-  ffi::OpStart start{slot, generation, key, token, backward, sequence, kind == CallKind::Interposed,
-                     static_cast<uint8_t>(origin)};
+  ffi::OpStart start{
+      slot, generation, key, token, backward, sequence, kind == CallKind::Interposed, static_cast<uint8_t>(origin)};
   uint8_t decision = ffi::on_op_start(start, event, receipt);
   if (decision & kSuppress) ++st->suppressed;
   if ((decision & kResume) && st->suppressed > 0) --st->suppressed;
@@ -513,8 +513,8 @@ struct Trampolines {
 
 template <std::size_t... I>
 constexpr std::array<Trampolines, kSlots> make_trampolines(std::index_sequence<I...>) {
-  return {Trampolines{&start_trampoline<I>, &end_trampoline<I>, &detect_start_trampoline<I>,
-                      &detect_end_trampoline<I>}...};
+  return {
+      Trampolines{&start_trampoline<I>, &end_trampoline<I>, &detect_start_trampoline<I>, &detect_end_trampoline<I>}...};
 }
 
 constexpr auto kTrampolines = make_trampolines(std::make_index_sequence<kSlots>{});

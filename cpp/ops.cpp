@@ -91,10 +91,10 @@ void exit_call(int64_t session) {
 std::string format_info(const std::string& report, const std::string& wrap_mode, bool receptive_field,
                         bool effective_rf_stats, int64_t max_width) {
   TORCH_CHECK_VALUE(max_width >= 0, "max_width must not be negative, got ", max_width);
-  return std::string(
-      call_core([&] { return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats,
-                                         static_cast<std::size_t>(max_width));
-      }));
+  return std::string(call_core([&] {
+    return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats,
+                            static_cast<std::size_t>(max_width));
+  }));
 }
 
 std::string compare_reports(const std::string& before, const std::string& after) {

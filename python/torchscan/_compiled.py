@@ -105,7 +105,8 @@ def _wrap_output_code(module: ModuleType) -> None:
         cls = getattr(module, name, None)
         call = vars(cls).get("__call__") if isinstance(cls, type) else None
         if call is not None and not getattr(call, _WRAPPED, False):
-            cls.__call__ = _count_runs(call)  # type: ignore[method-assign]
+            owner: Any = cls  # a class of inductor's, patched in place
+            owner.__call__ = _count_runs(call)
 
 
 # Compilation: price the graph, then tag what inductor compiles from it.
@@ -173,7 +174,8 @@ def _wrap_aot_autograd(module: ModuleType) -> None:
         return original(priced, gm, example_inputs, **kwargs)
 
     setattr(__call__, _WRAPPED, True)
-    cls.__call__ = __call__  # type: ignore[method-assign]
+    owner: Any = cls  # AOTAutograd's backend class, patched in place
+    owner.__call__ = __call__
 
 
 def _bracketing(compiler: Callable[..., Any], graph: int | None) -> Callable[..., Any]:
@@ -304,7 +306,7 @@ def _trace(gm: Any, example_inputs: Sequence[Any]) -> dict[str, torch.fx.GraphMo
     """The ATen graph eager mode runs for `gm`: AOTAutograd's trace without decompositions,
     {"joint": forward and backward} or {"inference"}. The joint graph is priced as traced, not as
     a partitioner splits it (a partitioner may recompute forward work in the backward graph)."""
-    from functorch.compile import make_boxed_func
+    from functorch.compile import make_boxed_func  # type: ignore[import-untyped]
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import default_partition
 
@@ -322,12 +324,13 @@ def _trace(gm: Any, example_inputs: Sequence[Any]) -> dict[str, torch.fx.GraphMo
         return make_boxed_func(graph.forward)
 
     with torch._guards.tracing(None), torch._functorch.config.patch(enable_autograd_cache=False):
+        compilers: Any = (nop, nop, inference)  # AOTAutograd's compiler protocol, by duck typing
         aot_module_simplified(
             gm,
             list(example_inputs),
-            fw_compiler=nop,
-            bw_compiler=nop,
-            inference_compiler=inference,
+            fw_compiler=compilers[0],
+            bw_compiler=compilers[1],
+            inference_compiler=compilers[2],
             partition_fn=partition,
             decompositions={},
         )

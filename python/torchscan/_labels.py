@@ -219,8 +219,8 @@ def name_compiled_frame(modules: Iterable[nn.Module]) -> None:
 # a hook that labels nothing. Dynamo runs these frames as they are; inlined into a traced call,
 # they still trace to nothing.
 def _run_hooks_as_written() -> None:
-    from torch._dynamo.eval_frame import set_code_exec_strategy
-    from torch._dynamo.types import FrameAction, FrameExecStrategy
+    from torch._dynamo.eval_frame import set_code_exec_strategy  # type: ignore[attr-defined]
+    from torch._dynamo.types import FrameAction, FrameExecStrategy  # type: ignore[attr-defined]
 
     # SKIP for the frames they call too: a skipped frame's callees would be compiled otherwise.
     for hook in (_module_pre_hook, _module_post_hook):

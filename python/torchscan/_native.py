@@ -37,7 +37,7 @@ def _load() -> Any:
             "(`pip install --no-build-isolation --force-reinstall .`)"
         )
     try:
-        torch.ops.load_library(str(_LIBRARY))
+        torch.ops.load_library(str(_LIBRARY))  # type: ignore[no-untyped-call]
     except OSError as error:  # pragma: no cover - only on a broken install
         raise ImportError(f"torchscan's native library failed to load: {error}") from error
     return torch.ops.torchscan

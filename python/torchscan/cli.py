@@ -58,7 +58,8 @@ class ExampleNet(nn.Module):
         self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(32, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+        out: torch.Tensor = self.classifier(self.features(x))
+        return out
 
 
 # ---- argument types (argparse turns their ArgumentTypeError into a usage error) ----

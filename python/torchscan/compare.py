@@ -90,4 +90,5 @@ def compare_reports(before: Any, after: Any) -> ReportDiff:
             versions, a metric whose unit/scope/method differs between the reports, a FlopReport
             given for an AnalysisReport, or a document nested too deeply (a cycle).
     """
-    return json.loads(ops.compare_reports(_encode_report(before, "before"), _encode_report(after, "after")))
+    diff: ReportDiff = json.loads(ops.compare_reports(_encode_report(before, "before"), _encode_report(after, "after")))
+    return diff

@@ -13,7 +13,7 @@ import platform
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -80,7 +80,7 @@ def _analyse(
     call_args: tuple[Any, ...],
     call_kwargs: dict[str, Any],
     inputs_meta: dict[str, Any],
-    params: list[nn.Parameter],
+    params: list[torch.Tensor],
     buffers: list[torch.Tensor],
     strict: bool,
 ) -> AnalysisReport:
@@ -196,8 +196,9 @@ def _inputs(
             if not isinstance(key, str):
                 raise TypeError(f"kwargs keys must be strings, got a key of type {type(key).__name__}.")
         return (() if args is None else args), call_kwargs, "provided"
-    shapes = input_shape if isinstance(input_shape, list) else [input_shape]
-    if not shapes or not all(isinstance(s, tuple) for s in shapes):
+    given = input_shape if isinstance(input_shape, list) else [input_shape]
+    shapes: list[tuple[Any, ...]] = [s for s in given if isinstance(s, tuple)]
+    if not shapes or len(shapes) != len(given):
         # Type names only: an argument's repr can carry values (a tensor's, an object's).
         raise TypeError(f"input_shape must be a tuple or a non-empty list of tuples, got {_kind(input_shape)}.")
     for shape in shapes:
@@ -207,7 +208,7 @@ def _inputs(
             if dim < 0:
                 raise ValueError(f"input_shape dimensions cannot be negative, got {dim} in {_kind(shape)}.")
     default_device, default_dtype = _default_placement(tensors)
-    target = torch.device(device) if device is not None else default_device
+    target = torch.device(cast(Any, device)) if device is not None else default_device
     if dtype is None:
         dtypes = [default_dtype] * len(shapes)
     elif isinstance(dtype, torch.dtype):
@@ -221,8 +222,8 @@ def _inputs(
     for item in dtypes:
         if not isinstance(item, torch.dtype):
             raise TypeError(f"Every dtype value must be a torch.dtype, got {type(item).__name__}.")
-    tensors = tuple(_generate((1, *shape), item, target) for shape, item in zip(shapes, dtypes, strict=True))
-    return tensors, {}, "generated"
+    made = tuple(_generate((1, *shape), item, target) for shape, item in zip(shapes, dtypes, strict=True))
+    return made, {}, "generated"
 
 
 def _kind(value: object) -> str:
@@ -231,7 +232,7 @@ def _kind(value: object) -> str:
     object's repr can carry values), containers item by item."""
     if value is None or type(value) in (int, float, bool) or (isinstance(value, str) and value.isidentifier()):
         return repr(value)
-    if type(value) in (tuple, list) and len(value) <= 8:
+    if isinstance(value, (tuple, list)) and type(value) in (tuple, list) and len(value) <= 8:
         items = ", ".join(_kind(v) for v in value)
         return f"({items}{',' if len(value) == 1 else ''})" if type(value) is tuple else f"[{items}]"
     return type(value).__name__
@@ -283,7 +284,7 @@ def _unique(registries: Iterable[dict[str, Any]]) -> list[torch.Tensor]:
     return tensors
 
 
-def _parameter_totals(params: list[nn.Parameter], buffers: list[torch.Tensor]) -> dict[str, int]:
+def _parameter_totals(params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, int]:
     return {
         "trainable": sum(p.numel() for p in params if p.requires_grad),
         "frozen": sum(p.numel() for p in params if not p.requires_grad),

@@ -116,10 +116,11 @@ class _Session:
             if formulas:
                 results = _price(json.loads(ended), formulas)
                 ended = ops.finish_session(self._handle, json.dumps(results))
+            report: str = ended
         except BaseException:
             ops.discard_session(self._handle)
             raise
-        return ended
+        return report
 
     def abort(self) -> None:
         """Stops counting and frees the session without a report (the work raised)."""

@@ -40,7 +40,8 @@ def format_info(
         raise TypeError(f"report holds a value that is not JSON data ({error})") from None
     except RecursionError:
         raise ValueError("report is nested too deeply to be an AnalysisReport") from None
-    return ops.format_info(text, wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0)
+    table: str = ops.format_info(text, wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0)
+    return table
 
 
 def aggregate_info(report: AnalysisReport, max_depth: int) -> AnalysisReport:

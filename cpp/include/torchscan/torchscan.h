@@ -41,7 +41,9 @@ class Counter {
   std::string report();
 
   // True until report() is called.
-  bool counting() const noexcept { return state_ == State::Counting; }
+  bool counting() const noexcept {
+    return state_ == State::Counting;
+  }
 
  private:
   friend class Scope;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -21,18 +21,21 @@ from ._descriptors import describe
 __all__ = ["module_dmas", "module_flops", "module_macs", "module_rf"]
 
 RfTriple = tuple[float, float, float]
+T = TypeVar("T")
 
 
 def metrics_of(descriptors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Native module formulas for a batch of descriptors (one call into the core)."""
-    return json.loads(ops.module_metrics(json.dumps(descriptors)))
+    results: list[dict[str, Any]] = json.loads(ops.module_metrics(json.dumps(descriptors)))
+    return results
 
 
-def _value(module: nn.Module, result: dict[str, Any], neutral: Any) -> Any:
-    """A metric from the core: ``{"value": ...}``, or its failure tagged by kind."""
+def _value(module: nn.Module, result: dict[str, Any], neutral: T) -> T:
+    """A metric from the core: ``{"value": ...}`` (of the neutral value's type), or its failure
+    tagged by kind."""
     if "value" in result:
         value = result["value"]
-        return tuple(value) if isinstance(value, list) else value
+        return cast(T, tuple(value) if isinstance(value, list) else value)
     failure = result
     if "unsupported" in failure:
         warnings.warn(f"Module type not supported: {module.__class__.__name__}", stacklevel=3)
@@ -45,7 +48,8 @@ def _value(module: nn.Module, result: dict[str, Any], neutral: Any) -> Any:
 def _one(module: nn.Module, inputs: tuple[Any, ...], out: Any, metric: str, *, attention: bool) -> dict[str, Any]:
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
-    return metrics_of([describe(module, inputs, out, attention=attention)])[0][metric]
+    result: dict[str, Any] = metrics_of([describe(module, inputs, out, attention=attention)])[0][metric]
+    return result
 
 
 def _as_inputs(inputs: Any) -> tuple[Any, ...]:

@@ -6,7 +6,7 @@ Python only reads attributes and shapes here; every number is computed in the Ru
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -225,7 +225,7 @@ def _transformer_layer(layer: nn.Module, decoder: bool) -> dict[str, Any]:
     blocks = 3 if decoder else 2
     return {
         "self_attn": _attention_params(layer.self_attn),
-        "multihead_attn": _attention_params(layer.multihead_attn) if decoder else None,
+        "multihead_attn": _attention_params(cast(nn.MultiheadAttention, layer.multihead_attn)) if decoder else None,
         "linear1": _linear(layer.linear1),
         "linear2": _linear(layer.linear2),
         "activation": names.get(activation, "other"),

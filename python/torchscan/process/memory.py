@@ -69,7 +69,7 @@ def _measure_cpu(workload: Callable[[], Any]) -> MemoryStats:
     try:
         workload()
     finally:
-        stats = json.loads(ops.memory_stop(measurement))
+        stats: MemoryStats = json.loads(ops.memory_stop(measurement))
     return stats
 
 
