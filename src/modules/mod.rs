@@ -69,6 +69,9 @@ pub enum Failure {
 
 pub type Count = Result<u64, Failure>;
 
+/// (input shape, output shape, input elements, output elements) of one call.
+type Sizes<'a> = (&'a [i64], &'a [i64], u64, u64);
+
 /// A receptive-field number: an integer where the formula gives one (kernel sizes), a float
 /// otherwise (strides of transposed convolutions, adaptive paddings), as torchscan 0.2.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -150,84 +153,75 @@ impl Call {
         Ok((shape(&self.input, "input")?, shape(&self.output, "output")?))
     }
 
+    /// Input and output shapes with their element counts (a family priced by its shapes needs
+    /// both tensors: a missing one is an error naming the side).
+    fn sizes(&self) -> Result<Sizes<'_>, Failure> {
+        let (input, output) = self.shapes()?;
+        Ok((input, output, numel(input)?, numel(output)?))
+    }
+
     pub fn flops(&self) -> Count {
         use Module::*;
+        let shapes = || self.shapes();
         match &self.module {
             Identity | Flatten => Ok(0),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
             MultiheadAttention(m) => m.flops(),
             Transformer(m) => m.flops(),
-            module => {
-                let (input, output) = self.shapes()?;
-                match module {
-                    Linear(m) => m.flops(input),
-                    Activation(m) => m.flops(input),
-                    Conv(m) => m.flops(output),
-                    ConvTranspose(m) => m.flops(input, output),
-                    BatchNorm(m) => m.flops(input),
-                    LayerNorm(m) => m.flops(input),
-                    MaxPool(m) => pool::max_flops(m, output),
-                    AvgPool(m) => pool::avg_flops(m, output),
-                    AdaptiveMaxPool(m) => pool::adaptive_max_flops(m, input, output),
-                    AdaptiveAvgPool(m) => pool::adaptive_avg_flops(m, input, output),
-                    Dropout(m) => m.flops(input),
-                    Identity | Flatten | Unsupported { .. } | MultiheadAttention(_) | Transformer(_) => unreachable!(),
-                }
-            }
+            Linear(m) => m.flops(shapes()?.0),
+            Activation(m) => m.flops(shapes()?.0),
+            Conv(m) => m.flops(shapes()?.1),
+            ConvTranspose(m) => shapes().and_then(|(input, output)| m.flops(input, output)),
+            BatchNorm(m) => m.flops(shapes()?.0),
+            LayerNorm(m) => m.flops(shapes()?.0),
+            MaxPool(m) => pool::max_flops(m, shapes()?.1),
+            AvgPool(m) => pool::avg_flops(m, shapes()?.1),
+            AdaptiveMaxPool(m) => shapes().and_then(|(input, output)| pool::adaptive_max_flops(m, input, output)),
+            AdaptiveAvgPool(m) => shapes().and_then(|(input, output)| pool::adaptive_avg_flops(m, input, output)),
+            Dropout(m) => m.flops(shapes()?.0),
         }
     }
 
     pub fn macs(&self) -> Count {
         use Module::*;
+        let shapes = || self.shapes();
         match &self.module {
             Identity | Flatten | Activation(_) | Dropout(_) => Ok(0),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
             Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             MultiheadAttention(m) => m.macs(),
-            module => {
-                let (input, output) = self.shapes()?;
-                match module {
-                    Linear(m) => m.macs(output),
-                    Conv(m) => m.macs(output),
-                    ConvTranspose(m) => m.macs(input),
-                    BatchNorm(m) => m.macs(input),
-                    LayerNorm(m) => m.macs(input),
-                    MaxPool(m) => pool::max_flops(m, output),
-                    AvgPool(m) => pool::avg_macs(m, output),
-                    AdaptiveMaxPool(m) => pool::adaptive_max_flops(m, input, output),
-                    AdaptiveAvgPool(m) => pool::adaptive_avg_macs(m, input, output),
-                    _ => unreachable!(),
-                }
-            }
+            Linear(m) => m.macs(shapes()?.1),
+            Conv(m) => m.macs(shapes()?.1),
+            ConvTranspose(m) => m.macs(shapes()?.0),
+            BatchNorm(m) => m.macs(shapes()?.0),
+            LayerNorm(m) => m.macs(shapes()?.0),
+            MaxPool(m) => pool::max_flops(m, shapes()?.1),
+            AvgPool(m) => pool::avg_macs(m, shapes()?.1),
+            AdaptiveMaxPool(m) => shapes().and_then(|(input, output)| pool::adaptive_max_flops(m, input, output)),
+            AdaptiveAvgPool(m) => shapes().and_then(|(input, output)| pool::adaptive_avg_macs(m, input, output)),
         }
     }
 
     pub fn dmas(&self) -> Count {
         use Module::*;
+        let sizes = || self.sizes();
         match &self.module {
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
             Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             MultiheadAttention(m) => m.dmas(),
-            module => {
-                let (input, output) = self.shapes()?;
-                let (n_in, n_out) = (numel(input)?, numel(output)?);
-                match module {
-                    Identity => Ok(n_in),
-                    Flatten => n_in.checked_mul(2).ok_or_else(overflow),
-                    Linear(m) => m.dmas(n_in, n_out),
-                    Activation(m) => m.dmas(n_in, n_out),
-                    Conv(m) => m.dmas(n_out),
-                    ConvTranspose(m) => m.dmas(n_out),
-                    BatchNorm(m) => m.dmas(n_in, n_out),
-                    LayerNorm(m) => m.dmas(input),
-                    MaxPool(m) => pool::max_dmas(m, output),
-                    AvgPool(m) => pool::avg_dmas(m, output),
-                    AdaptiveMaxPool(m) => pool::adaptive_max_dmas(m, input, output),
-                    AdaptiveAvgPool(m) => pool::adaptive_avg_dmas(m, input, output),
-                    Dropout(m) => m.dmas(n_in, n_out),
-                    Unsupported { .. } | MultiheadAttention(_) | Transformer(_) => unreachable!(),
-                }
-            }
+            Identity => Ok(sizes()?.2),
+            Flatten => sizes()?.2.checked_mul(2).ok_or_else(overflow),
+            Linear(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
+            Activation(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
+            Conv(m) => m.dmas(sizes()?.3),
+            ConvTranspose(m) => m.dmas(sizes()?.3),
+            BatchNorm(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
+            LayerNorm(m) => m.dmas(sizes()?.0),
+            MaxPool(m) => pool::max_dmas(m, sizes()?.1),
+            AvgPool(m) => pool::avg_dmas(m, sizes()?.1),
+            AdaptiveMaxPool(m) => sizes().and_then(|(input, output, _, _)| pool::adaptive_max_dmas(m, input, output)),
+            AdaptiveAvgPool(m) => sizes().and_then(|(input, output, _, _)| pool::adaptive_avg_dmas(m, input, output)),
+            Dropout(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
         }
     }
 
