@@ -62,7 +62,7 @@ static PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-/* post(module, args, output): a forward hook (PyTorch also calls it when the forward raised). */
+/* post(module, ...): a module call ends (the forward hook; also when the forward raised). */
 static PyObject* post(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
   if (nargs < 1) {
@@ -284,7 +284,7 @@ static PyObject* bind(PyObject* self, PyObject* args) {
 
 static PyMethodDef methods[] = {
     {"pre", (PyCFunction)(void (*)(void))pre, METH_FASTCALL, "pre(module, args): a module call starts."},
-    {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(module, args, output): a module call ends."},
+    {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(module, *rest): a module call ends."},
     {"name_tree", name_root, METH_VARARGS,
      "name_tree(session, root, label) -> {id: module}: names a module tree in the session."},
     {"bind", bind, METH_VARARGS, "bind(table, name_unnamed, module_type): binds the hooks to the native library."},

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -35,7 +35,17 @@ except ImportError as error:  # pragma: no cover - only on a broken install
         "`pip install --no-build-isolation .` from a source checkout"
     ) from error
 
-__all__ = ["ModuleLabels", "compiled_runs", "enter_modules", "exit_modules", "labelling", "name_compiled_frame"]
+__all__ = [
+    "ModuleLabels",
+    "Recorder",
+    "add_recorder",
+    "compiled_runs",
+    "enter_modules",
+    "exit_modules",
+    "labelling",
+    "name_compiled_frame",
+    "remove_recorder",
+]
 
 
 def _root_name(module: nn.Module) -> str:
@@ -117,7 +127,7 @@ class ModuleLabels:
     def install(self) -> None:
         global _labellers
         with _hooks_lock:
-            if not _labellers:
+            if not _labellers and not _recorders:
                 _install_global_hooks()
             _labellers = (*_labellers, self)
             self._installed = True
@@ -128,7 +138,7 @@ class ModuleLabels:
             if self._installed:
                 _labellers = tuple(labels for labels in _labellers if labels is not self)
                 self._installed = False
-                if not _labellers:
+                if not _labellers and not _recorders:
                     _remove_global_hooks()
 
 
@@ -160,16 +170,54 @@ _native_post = _hooks.post
 _is_compiling = torch.compiler.is_compiling
 
 
-def _module_pre_hook(module: nn.Module, args: Any) -> None:
+class Recorder(Protocol):
+    """Python work per module call beside the labels (``crawl_module``'s layer records): called
+    by the same two global hooks, after the native labels at a call's start and before them at
+    its end."""
+
+    def pre(self, module: nn.Module, args: tuple[Any, ...]) -> None: ...
+
+    def post(self, module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None: ...
+
+
+# The recorders of all threads (a tuple, replaced whole, as `_labellers`).
+_recorders: tuple[Recorder, ...] = ()
+
+
+def add_recorder(recorder: Recorder) -> None:
+    """Calls `recorder` at every module call's start and end until ``remove_recorder``."""
+    global _recorders
+    with _hooks_lock:
+        if not _labellers and not _recorders:
+            _install_global_hooks()
+        _recorders = (*_recorders, recorder)
+
+
+def remove_recorder(recorder: Recorder) -> None:
+    global _recorders
+    with _hooks_lock:
+        if recorder in _recorders:
+            _recorders = tuple(r for r in _recorders if r is not recorder)
+            if not _labellers and not _recorders:
+                _remove_global_hooks()
+
+
+def _module_pre_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
     if _is_compiling():
         return
     _native_pre(module, args)
+    for recorder in _recorders:
+        recorder.pre(module, args)
 
 
-def _module_post_hook(module: nn.Module, args: Any, output: Any) -> None:
+def _module_post_hook(module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
+    # (kwargs, output) normally; (output,) when PyTorch runs always-called hooks after the
+    # forward raised.
     if _is_compiling():
         return
-    _native_post(module, args, output)
+    for recorder in reversed(_recorders):
+        recorder.post(module, args, *rest)
+    _native_post(module, args)
 
 
 # Dynamo guards a compiled frame on the keys of the global hook dicts. register_module_*_hook
@@ -184,12 +232,15 @@ def _install_global_hooks() -> None:
     _module_hooks._global_forward_pre_hooks[_PRE_HOOK_KEY] = _module_pre_hook
     _module_hooks._global_forward_hooks[_POST_HOOK_KEY] = _module_post_hook
     _module_hooks._global_forward_hooks_always_called[_POST_HOOK_KEY] = True
+    # The forward hook sees the call's keyword arguments (the recorders describe them).
+    _module_hooks._global_forward_hooks_with_kwargs[_POST_HOOK_KEY] = True
 
 
 def _remove_global_hooks() -> None:
     _module_hooks._global_forward_pre_hooks.pop(_PRE_HOOK_KEY, None)
     _module_hooks._global_forward_hooks.pop(_POST_HOOK_KEY, None)
     _module_hooks._global_forward_hooks_always_called.pop(_POST_HOOK_KEY, None)
+    _module_hooks._global_forward_hooks_with_kwargs.pop(_POST_HOOK_KEY, None)
 
 
 # Per thread: how many priced compiled graphs are running (`_compiled._run_priced`).

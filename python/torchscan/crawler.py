@@ -17,12 +17,8 @@ from typing import Any, Literal, cast
 
 import torch
 from torch import nn
-from torch.nn.modules.module import (
-    _global_forward_hooks_with_kwargs,
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 
+from . import _labels
 from ._metadata import describe_call, describe_value
 from ._native import ops
 from .errors import IncompleteAnalysisError
@@ -367,10 +363,10 @@ class _Target:
 class _Recorder:
     """One layer record per module call, in call order.
 
-    Two global module hooks (PyTorch's `register_module_forward_pre_hook`/`_forward_hook`)
-    instead of two hooks per module: installing and dispatching per-module hooks costs more
-    than the whole rest of the recording on a resnet50. The hooks ignore modules outside the
-    analysed tree and calls from other threads.
+    Called by torchscan's two global module hooks (``_labels.py``: one hook driver for module
+    labels and recorders) instead of two hooks per module: installing and dispatching
+    per-module hooks costs more than the whole rest of the recording on a resnet50. The
+    recorder ignores modules outside the analysed tree and calls from other threads.
     """
 
     def __init__(self, root: nn.Module, named: list[tuple[str, nn.Module]], *, full: bool) -> None:
@@ -378,7 +374,6 @@ class _Recorder:
         # [module index, call index, input, output, parameters, buffers, call shapes/descriptor]
         self.layers: list[list[Any]] = []
         self._handle: int | None = None
-        self._hooks: list[Any] = []
         self._seen: set[int] = set()
         self._thread = threading.get_ident()
         # The last output tensor described, its shape and requires_grad, and its description.
@@ -400,15 +395,10 @@ class _Recorder:
         return self
 
     def install(self) -> None:
-        self._hooks.append(register_module_forward_pre_hook(self._pre))
-        self._hooks.append(register_module_forward_hook(self._post, with_kwargs=True, always_call=True))
+        _labels.add_recorder(self)
 
     def remove(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-            # PyTorch's handle for a with_kwargs global hook leaves its flag behind.
-            _global_forward_hooks_with_kwargs.pop(hook.id, None)
-        self._hooks.clear()
+        _labels.remove_recorder(self)
         self._last = None
 
     def _account(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int, int, int, bool]:
@@ -447,7 +437,7 @@ class _Recorder:
                 return {"args": [last[3]], "kwargs": {}}
         return describe_call(args, kwargs)
 
-    def _pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+    def pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         target = self._targets.get(id(module))
         if target is None or threading.get_ident() != self._thread:
             return
@@ -466,7 +456,7 @@ class _Recorder:
         if self._handle is not None:
             _enter(self._handle, target.label, f"{_CALL_PREFIX}{index}")
 
-    def _post(self, module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
+    def post(self, module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         # (kwargs, output) normally; (output,) when PyTorch runs always-called hooks after the
         # forward raised.
         target = self._targets.get(id(module))

@@ -193,3 +193,20 @@ def test_naming_in_a_closed_session_is_an_error():
     ops.discard_session(handle)
     with pytest.raises(RuntimeError, match=f"naming the modules of session {handle} failed"):
         _hooks.name_tree(handle, Net(), "Net")
+
+
+def test_crawl_module_and_measure_flops_share_one_hook_driver():
+    net = Net()
+    module = nn.modules.module
+    flags = dict(module._global_forward_hooks_with_kwargs)
+    with torchscan.count_flops(modules=net) as counter:
+        report = torchscan.crawl_module(net, args=(X,))
+        assert _labels._recorders == ()  # the crawl's recorder is gone, the labels stay
+        assert module._global_forward_pre_hooks[_labels._PRE_HOOK_KEY] is _labels._module_pre_hook
+    # The crawl's layer records and the outer count see the same calls.
+    assert [layer["path"] for layer in report["layers"]] == ["", "block", "block.fc", "block.act", "head"]
+    assert report["totals"]["operator_flops"]["value"] == LINEAR + RELU + HEAD
+    assert counter.report()["by_module"]["Net.block.fc"] == LINEAR
+    assert counter.report()["total"]["value"] == LINEAR + RELU + HEAD
+    assert dict(module._global_forward_hooks_with_kwargs) == flags
+    assert _labels._PRE_HOOK_KEY not in module._global_forward_pre_hooks
