@@ -68,7 +68,7 @@ setup(
     python_requires=">=3.11",
     install_requires=["torch>=2.1,<3"],
     package_dir={"": "python"},
-    packages=["torchscan", "torchscan.modules", "torchscan.process"],
+    packages=["torchscan", "torchscan.cli", "torchscan.modules", "torchscan.process"],
     package_data={"torchscan": ["py.typed", "schemas/*.json", "_hooks.pyi"]},
     entry_points={"console_scripts": ["torchscan = torchscan.cli:main"]},
     # The module hooks' fast path (python/torchscan/_hooks.c): plain C on the Python C API, no

@@ -7,32 +7,33 @@
 Exit status: 0 success; 2 usage error (bad option, MODEL that cannot be imported or built, bad
 shape, dtype or device); 1 analysis failure (the model's forward raised, an incomplete analysis
 with --strict, a report that cannot be read or compared), with the message on stderr.
+
+This file parses the command line and runs the commands; `models.py` loads the model,
+`render.py` writes the text and JSON output.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
-import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 from torch import nn
 
-from .compare import compare_reports
-from .crawler import crawl_module
-from .errors import IncompleteAnalysisError
-from .report import AnalysisReport, MetricResult, ReportDiff
-from .utils import aggregate_info, format_info
+from ..compare import compare_reports
+from ..crawler import crawl_module
+from ..errors import IncompleteAnalysisError
+from ..report import AnalysisReport
+from ..utils import aggregate_info
+from .models import build_model, check_device
+from .render import STDOUT, diff_text, summary_text, write_json
 
 __all__ = ["ExampleNet", "main"]
 
-STDOUT = "-"
 Shape = tuple[int, ...]
 
 
@@ -179,148 +180,6 @@ def _compare_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-# ---- the model ----
-
-
-def _load_object(spec: str) -> Any:
-    """`pkg.mod:Attr.sub` (or `pkg.mod.Attr`) -> the object. Raises ValueError naming the problem."""
-    if ":" in spec:
-        module_name, _, attribute = spec.partition(":")
-    else:
-        module_name, _, attribute = spec.rpartition(".")
-    if not module_name or not attribute:
-        raise ValueError(f"invalid MODEL {spec!r}: expected an import path like 'package.module:ClassOrFactory'")
-    # As `python -m`, uvicorn and pytest do: modules in the current directory are importable.
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: Any = importlib.import_module(module_name)
-    except Exception as error:
-        raise ValueError(f"cannot import MODEL {spec!r}: {type(error).__name__}: {error}") from error
-    for name in attribute.split("."):
-        try:
-            value = getattr(value, name)
-        except AttributeError:
-            raise ValueError(f"cannot import MODEL {spec!r}: {module_name} has no attribute {attribute!r}") from None
-    return value
-
-
-def _build_model(spec: str) -> nn.Module:
-    target = _load_object(spec)
-    if isinstance(target, nn.Module):
-        return target
-    if not callable(target):
-        raise ValueError(f"MODEL {spec!r} is a {type(target).__name__}, not an nn.Module class or factory")
-    try:
-        model = target()
-    except Exception as error:
-        raise ValueError(
-            f"cannot build MODEL {spec!r} by calling it with no arguments: {type(error).__name__}: {error}"
-        ) from error
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"MODEL {spec!r} returned a {type(model).__name__}, not an nn.Module")
-    return model
-
-
-def _check_device(device: torch.device) -> None:
-    """A device string can be well-formed and still absent (cuda on a CPU-only machine)."""
-    try:
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as error:
-        raise ValueError(f"device {str(device)!r} is not available: {error}") from None
-
-
-# ---- output ----
-
-
-def _number(value: int | float) -> str:
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
-
-
-def _metric_text(metric: Mapping[str, Any] | None) -> str:
-    """A MetricResult for people: the number when complete, `>= known` when partial (a lower
-    bound, never a silent total), `unavailable` otherwise."""
-    if metric is None:
-        return "-"
-    status = metric.get("status")
-    if status == "complete":
-        return _number(metric["value"])
-    if status == "partial":
-        return f">= {_number(metric['known_value'])}"
-    if metric.get("method") == "not_requested":
-        return "not requested"
-    return "unavailable"
-
-
-# The order people read totals in: size first, then compute; later additions sort after.
-_TOTAL_ORDER = (
-    "parameters",
-    "trainable_parameters",
-    "frozen_parameters",
-    "parameter_bytes",
-    "buffer_elements",
-    "buffer_bytes",
-    "module_flops",
-    "macs",
-    "dmas",
-    "operator_flops",
-)
-
-
-def _ordered(names: Sequence[str] | Mapping[str, Any]) -> list[str]:
-    rank = {name: i for i, name in enumerate(_TOTAL_ORDER)}
-    return sorted(names, key=lambda name: (rank.get(name, len(rank)), name))
-
-
-def _table(rows: list[list[str]], right: set[int]) -> list[str]:
-    """Rows of cells as aligned text (numbers right-aligned), first row as the header."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return lines
-
-
-def _totals_text(report: AnalysisReport) -> str:
-    totals: Mapping[str, MetricResult] = report["totals"]
-    rows = [["Total", "Value", "Unit", "Status"]]
-    for name in _ordered(totals):
-        metric = totals[name]
-        rows.append([name, _metric_text(metric), metric.get("unit", ""), metric.get("status", "")])
-    lines = ["Totals (>= N: partial, a lower bound)", *(f"  {line}" for line in _table(rows, {1}))]
-    diagnostics = report.get("diagnostics", [])
-    if diagnostics:
-        lines.append(f"Diagnostics ({len(diagnostics)}):")
-        for d in diagnostics:
-            where = [f"metric {d['metric']}"]
-            if "path" in d:
-                where.insert(0, f"layer {d['path'] or '(root)'}")
-            if "operator" in d:
-                where.insert(0, f"operator {d['operator']}")
-            lines.append(f"  {d['severity']}: {d['code']} ({', '.join(where)}): {d['message']}")
-    return "\n".join(lines)
-
-
-def _summary_text(view: AnalysisReport, report: AnalysisReport, receptive_field: bool) -> str:
-    """The layer table of ``view`` (the report limited to --max-depth), then the totals of the
-    whole ``report``."""
-    # The core sizes each column from its content up to a fixed cap, then narrows the name,
-    # shape and type columns to the terminal's width; "mid" marks a shortened name with "[...]".
-    width = shutil.get_terminal_size().columns
-    return f"{format_info(view, 'mid', receptive_field, max_width=width)}\n{_totals_text(report)}"
-
-
-def _write_json(document: Mapping[str, Any], destination: str, out: TextIO) -> None:
-    text = json.dumps(document, indent=2) + "\n"
-    if destination == STDOUT:
-        out.write(text)
-    else:
-        Path(destination).write_text(text)
-
-
 class _Failure(Exception):
     """An analysis or comparison failure: exit status 1, message on stderr."""
 
@@ -335,7 +194,7 @@ def _model(parser: argparse.ArgumentParser, options: argparse.Namespace) -> tupl
     if not options.input_shape:
         parser.error(f"--input-shape is required with MODEL {options.model!r} (for example --input-shape 3,224,224)")
     try:
-        return _build_model(options.model), options.model, options.input_shape
+        return build_model(options.model), options.model, options.input_shape
     except ValueError as error:
         parser.error(str(error))
 
@@ -354,7 +213,7 @@ def _place(
         model.to(floating.pop())
     if options.device is not None:
         try:
-            _check_device(options.device)
+            check_device(options.device)
         except ValueError as error:
             parser.error(str(error))
         model.to(options.device)
@@ -388,9 +247,9 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         raise _Failure(f"analysis of {spec} failed: {type(error).__name__}: {error}") from error
     view = _depth_view(parser, report, options.max_depth)
     if options.json is not None:
-        _write_json(report, options.json, out)
+        write_json(report, options.json, out)
     if options.json != STDOUT:
-        out.write(_summary_text(view, report, options.receptive_field) + "\n")
+        out.write(summary_text(view, report, options.receptive_field) + "\n")
     if incomplete is not None:
         written = f"; the report was written to {options.json}" if options.json not in (None, STDOUT) else ""
         raise _Failure(f"--strict: {str(incomplete).rstrip('.')}{written}")
@@ -408,68 +267,6 @@ def _load_report(path: Path) -> Any:
         raise _Failure(f"{path} is not valid JSON: {error}") from error
 
 
-def _layer_name(entry: Mapping[str, Any]) -> str:
-    path = entry["path"] or "(root)"
-    # A module called more than once: its later calls are told apart by their call index.
-    return f"{path} (call {entry['call_index']})" if entry["call_index"] else path
-
-
-def _delta_text(diff: Mapping[str, Any]) -> str:
-    delta = diff.get("delta")
-    if delta is None:
-        return "?"
-    return f"+{_number(delta)}" if delta > 0 else _number(delta)
-
-
-def _diff_row(name: str, metric: str, diff: Mapping[str, Any]) -> list[str]:
-    before, after = _metric_text(diff.get("before")), _metric_text(diff.get("after"))
-    return [name, metric, before, after, _delta_text(diff), diff["status"]]
-
-
-# What an added or removed layer call is summarised by: its FLOPs when it has them.
-_HEADLINE_METRICS = ("operator_flops", "module_flops", "calls")
-
-
-def _snapshot_row(entry: Mapping[str, Any], added: bool) -> list[str]:
-    metrics = entry["metrics"]
-    metric = next((m for m in _HEADLINE_METRICS if m in metrics), None) or next(iter(_ordered(metrics)), "")
-    value = _metric_text(metrics[metric]) if metric else "-"
-    before, after = ("-", value) if added else (value, "-")
-    status = metrics[metric]["status"] if metric else "-"
-    return [
-        f"{'+' if added else '-'} {_layer_name(entry)}",
-        metric,
-        before,
-        after,
-        "added" if added else "removed",
-        status,
-    ]
-
-
-def _diff_text(diff: ReportDiff) -> str:
-    header = ["Metric", "Before", "After", "Change", "Status"]
-    totals = diff["totals"]
-    shown = [name for name in _ordered(totals) if totals[name].get("delta") != 0]
-    inexact = sum(1 for name in shown if totals[name].get("delta") is None)
-    lines = [f"Totals: {len(shown) - inexact} changed, {inexact} not exact, {len(totals) - len(shown)} unchanged"]
-    if shown:
-        rows = [header, *(_diff_row("", name, totals[name])[1:] for name in shown)]
-        lines += [f"  {line}" for line in _table(rows, {1, 2, 3})]
-    layers = diff["layers"]
-    counts = {kind: len(layers[kind]) for kind in ("added", "removed", "changed")}
-    lines.append(f"Layers: {counts['added']} added, {counts['removed']} removed, {counts['changed']} changed")
-    rows = [["Layer", *header]]
-    for entry in layers["changed"]:
-        rows += [_diff_row(_layer_name(entry), m, entry["metrics"][m]) for m in _ordered(entry["metrics"])]
-    rows += [_snapshot_row(entry, added=True) for entry in layers["added"]]
-    rows += [_snapshot_row(entry, added=False) for entry in layers["removed"]]
-    if len(rows) > 1:
-        lines += [f"  {line}" for line in _table(rows, {2, 3, 4})]
-    if inexact or any(row[4] == "?" for row in rows[1:]):
-        lines.append("Change '?': not exact, because a side is partial (>= N, a lower bound) or unavailable.")
-    return "\n".join(lines)
-
-
 def _compare(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> int:
     options = parser.parse_args(argv)
     for path in (options.before, options.after):
@@ -481,9 +278,9 @@ def _compare(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
     except (TypeError, ValueError) as error:
         raise _Failure(f"cannot compare {options.before} with {options.after}: {error}") from error
     if options.json is not None:
-        _write_json(diff, options.json, out)
+        write_json(diff, options.json, out)
     if options.json != STDOUT:
-        out.write(_diff_text(diff) + "\n")
+        out.write(diff_text(diff) + "\n")
     return 0
 
 
