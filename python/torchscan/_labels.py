@@ -202,21 +202,29 @@ def remove_recorder(recorder: Recorder) -> None:
                 _remove_global_hooks()
 
 
+# The hooks build no Python object when no recorder runs (measure_flops, count_flops): no
+# iterator over an empty tuple, no tuple of variable arguments.
 def _module_pre_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
     if _is_compiling():
         return
     _native_pre(module, args)
-    for recorder in _recorders:
-        recorder.pre(module, args)
+    if _recorders:
+        for recorder in _recorders:
+            recorder.pre(module, args)
 
 
-def _module_post_hook(module: nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
-    # (kwargs, output) normally; (output,) when PyTorch runs always-called hooks after the
+_NO_OUTPUT: Any = object()
+
+
+def _module_post_hook(module: nn.Module, args: tuple[Any, ...], kwargs: Any, output: Any = _NO_OUTPUT) -> None:
+    # (kwargs, output) normally; (output,) alone when PyTorch runs always-called hooks after the
     # forward raised.
     if _is_compiling():
         return
-    for recorder in reversed(_recorders):
-        recorder.post(module, args, *rest)
+    if _recorders:
+        rest = (kwargs,) if output is _NO_OUTPUT else (kwargs, output)
+        for recorder in reversed(_recorders):
+            recorder.post(module, args, *rest)
     _native_post(module, args)
 
 

@@ -686,6 +686,19 @@ mod tests {
     }
 
     /// A forward call of operator `name` on the session's own thread.
+    /// The end of a priced compiled graph's run: `compiled_end(graph, completed)`.
+    fn compiled_end(graph: i64, completed: bool) -> Call {
+        op(
+            COMPILED_END_OPERATOR,
+            false,
+            move |s| {
+                int(s, graph);
+                boolean(s, completed);
+            },
+            vec![],
+        )
+    }
+
     fn forward_call(name: &str) -> OpCall {
         OpCall {
             key: name.as_ptr() as usize,
@@ -1094,17 +1107,7 @@ mod tests {
 
         let mut live = Session::new(Config::default());
         live.name_modules([(5, "Net"), (7, "Net.0")]);
-        let end = |completed: bool| {
-            op(
-                COMPILED_END_OPERATOR,
-                false,
-                move |s| {
-                    int(s, id);
-                    boolean(s, completed);
-                },
-                vec![],
-            )
-        };
+        let end = |completed: bool| compiled_end(id, completed);
         let begin = op(COMPILED_BEGIN_OPERATOR, false, |_| {}, vec![]);
         let at = |call: &Call| forward_call(call.name.unwrap());
         live.scopes_mut().push("Net");
@@ -1131,36 +1134,16 @@ mod tests {
         run(&mut recording, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
         let id = priced::register(recording.into_priced());
         let mut live = Session::new(Config::default());
-        let end = op(
-            COMPILED_END_OPERATOR,
-            false,
-            move |s| {
-                int(s, id);
-                boolean(s, true);
-            },
-            vec![],
-        );
-        run(&mut live, &[end], Phase::Backward);
+        run(&mut live, &[compiled_end(id, true)], Phase::Backward);
         let r = report(live);
         assert_eq!(r.total.value, Some(120));
         assert!(r.by_module.is_empty());
         // A module the session names later is labelled from then on (in-place compiled modules
         // are named when their graph first runs).
-        let completed_run = || {
-            op(
-                COMPILED_END_OPERATOR,
-                false,
-                move |s| {
-                    int(s, id);
-                    boolean(s, true);
-                },
-                vec![],
-            )
-        };
         let mut live = Session::new(Config::default());
-        run(&mut live, &[completed_run()], Phase::Forward);
+        run(&mut live, &[compiled_end(id, true)], Phase::Forward);
         live.name_modules([(7, "Head")]);
-        run(&mut live, &[completed_run()], Phase::Forward);
+        run(&mut live, &[compiled_end(id, true)], Phase::Forward);
         assert_eq!(report(live).by_module, BTreeMap::from([("Head".to_string(), 120)]));
         assert_eq!(r.by_phase["backward"].value, Some(120));
     }

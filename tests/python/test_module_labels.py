@@ -1,6 +1,7 @@
 """Module labels (by_module): native module hooks, one call into the core per module call event,
 sessions reached per thread, modules named once per measurement."""
 
+import json
 import threading
 
 import pytest
@@ -210,3 +211,25 @@ def test_crawl_module_and_measure_flops_share_one_hook_driver():
     assert counter.report()["total"]["value"] == LINEAR + RELU + HEAD
     assert dict(module._global_forward_hooks_with_kwargs) == flags
     assert _labels._PRE_HOOK_KEY not in module._global_forward_pre_hooks
+
+
+def test_the_module_operators_reject_bad_input():
+    with pytest.raises(ValueError, match='modules must be "named" or "all", got "some"'):
+        ops.open_session('{"modules": "some"}')
+    with pytest.raises(RuntimeError, match="unknown torchscan session handle 12345"):
+        ops.end_session(12345)
+    with pytest.raises(RuntimeError, match="unknown torchscan session handle 12345"):
+        ops.enter_modules(12345, [1, 2])
+    handle = ops.open_session('{"modules": "named"}')
+    try:
+        with pytest.raises(ValueError, match="count must not be negative, got -1"):
+            ops.exit_modules(handle, -1)
+        with pytest.raises(ValueError, match="invalid module names: 2 modules but 1 labels"):
+            ops.name_modules(handle, [1, 2], "Net")
+        # No module call is open in a session that has run none.
+        assert ops.open_module_calls(handle) == 0
+    finally:
+        report = json.loads(ops.end_session(handle))
+    assert report["total"]["value"] == 0
+    with pytest.raises(RuntimeError, match=f"unknown torchscan session handle {handle}"):
+        ops.open_module_calls(handle)
