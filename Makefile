@@ -3,6 +3,7 @@
 #   make test   set up, then lint and run every test (what CI runs)
 #   make bench  set up, then run the overhead benchmark
 #   make docs   regenerate docs/formulas.md from the formula registry
+#   make schemas  regenerate python/torchscan/schemas/ from the report model (src/report/)
 #   make sanitize  ASan/UBSan C++ shim and valgrind'd Rust core tests (docs/reliability.md)
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ PY := $(abspath $(VENV))/bin/python
 # build.rs asks this interpreter where torch is; setup.py passes the same one.
 export TORCHSCAN_PYTHON := $(PY)
 
-.PHONY: setup demo test lint test-rust test-python bench docs sanitize clean
+.PHONY: setup demo test lint test-rust test-python bench docs schemas sanitize clean
 
 $(VENV)/.deps: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +75,10 @@ sanitize: $(VENV)/.deps
 # Regenerates docs/formulas.md from the formula registry (a test fails when they disagree).
 docs:
 	TORCHSCAN_BLESS=1 cargo test --no-default-features docs_formulas_md
+
+# Regenerates the JSON Schemas from the report model (a test fails when they disagree).
+schemas:
+	TORCHSCAN_BLESS=1 cargo test --no-default-features checked_in_schemas
 
 clean:
 	rm -rf $(VENV) build target python/torchscan/_lib *.egg-info

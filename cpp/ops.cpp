@@ -1,6 +1,7 @@
 // The torch.ops.torchscan.* surface: what Python, TorchScript and C++ callers use to drive a
-// counting session. Errors from the Rust core arrive as "kind|message" and are rethrown here, in
-// one place, as the c10 error class Python maps to the matching exception.
+// counting session. Errors from the Rust core arrive as rust::Error (the message) and
+// ffi::last_error_kind() (the kind, a bridge enum), and are rethrown here, in one place, as the c10
+// error class Python maps to the matching exception.
 
 #include <array>
 #include <atomic>
@@ -32,13 +33,15 @@ struct Observing {
 };
 std::array<Observing, kSlots> g_observing;
 
-[[noreturn]] void throw_mapped(const std::string& tagged) {
-  auto bar = tagged.find('|');
-  std::string kind = bar == std::string::npos ? "runtime" : tagged.substr(0, bar);
-  std::string message = bar == std::string::npos ? tagged : tagged.substr(bar + 1);
-  if (kind == "value") TORCH_CHECK_VALUE(false, message);
-  if (kind == "type") TORCH_CHECK_TYPE(false, message);
-  TORCH_CHECK(false, message);
+[[noreturn]] void throw_mapped(const std::string& message) {
+  switch (ffi::last_error_kind()) {
+    case ffi::ErrorKind::Value:
+      TORCH_CHECK_VALUE(false, message);
+    case ffi::ErrorKind::Type:
+      TORCH_CHECK_TYPE(false, message);
+    default:
+      TORCH_CHECK(false, message);
+  }
 }
 
 template <class F>

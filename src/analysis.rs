@@ -1,22 +1,18 @@
-//! `crawl_module`'s AnalysisReport (schema_version 1), assembled from the document Python hands
-//! over: the observed layer calls (identity, metadata, parameter accounting), the module
-//! descriptors of the metric leaves, and the same-forward operator FLOP report. Every metric,
-//! status, diagnostic and total is decided here.
-//!
-//! The report is typed end to end: metadata the core only passes through (context, inputs,
-//! per-call input/output descriptions, parameter accounting) stays raw JSON text, borrowed from
-//! the document and copied into the report unparsed. On a resnet50 this is a few times faster
-//! than building `serde_json::Value` trees, and `crawl_module` runs inside training jobs.
+//! `crawl_module`'s AnalysisReport, assembled from the document Python hands over: the observed
+//! layer calls (identity, metadata, parameter accounting), the module descriptors of the metric
+//! leaves, and the same-forward operator FLOP report. Every metric, status, diagnostic and total
+//! is decided here; the report is the owned model of `report::AnalysisReport`.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 use crate::error::{Error, Result};
 use crate::modules::{Call, Failure, Module, RfNumber};
-use crate::report::{Diagnostic, FlopContext, FlopReport, MetricResult, Severity, Status, SCHEMA_VERSION};
+use crate::report::{
+    AnalysisContext, AnalysisReport, Buffers, CallMeta, Diagnostic, FlopContext, FlopReport, Inputs, Layer,
+    LayerMetrics, Metric, MetricResult, Number, Parameters, Severity, Status, Totals, Unit, ValueMeta, SCHEMA_VERSION,
+};
 
 pub const METHOD_MODULE: &str = "torchscan_module_formula";
 const NOT_REQUESTED: &str = "not_requested";
@@ -24,16 +20,12 @@ const NOT_REQUESTED: &str = "not_requested";
 /// What Python hands over. Layer records are arrays and refer to a table of the modules, so
 /// that per-module constants (identity, type, formula descriptor) travel once.
 #[derive(Deserialize)]
-struct Document<'a> {
+struct Document {
     mode: Mode,
-    #[serde(borrow)]
-    context: &'a RawValue,
-    #[serde(borrow)]
-    inputs: &'a RawValue,
-    #[serde(borrow)]
-    modules: Vec<ModuleRow<'a>>,
-    #[serde(borrow)]
-    layers: Vec<LayerCall<'a>>,
+    context: AnalysisContext,
+    inputs: Inputs,
+    modules: Vec<ModuleRow>,
+    layers: Vec<LayerCall>,
     parameter_totals: ParameterTotals,
     torch_version: String,
 }
@@ -56,14 +48,11 @@ struct ParameterTotals {
 
 /// `[path, name, depth, type, leaf, attention, descriptor]` of one module.
 #[derive(Deserialize)]
-struct ModuleRow<'a> {
-    #[serde(borrow)]
-    path: Cow<'a, str>,
-    #[serde(borrow)]
-    name: Cow<'a, str>,
+struct ModuleRow {
+    path: String,
+    name: String,
     depth: u64,
-    #[serde(borrow)]
-    type_name: Cow<'a, str>,
+    type_name: String,
     /// Module formulas apply (a module without children, MultiheadAttention, a root Transformer).
     leaf: bool,
     /// MultiheadAttention or a root Transformer: every call carries its whole descriptor, and
@@ -75,13 +64,11 @@ struct ModuleRow<'a> {
 
 /// `[module, call_index, input, output, parameters, buffers, call]` of one module call.
 #[derive(Deserialize)]
-struct LayerCall<'a> {
+struct LayerCall {
     module: usize,
     call_index: u64,
-    #[serde(borrow)]
-    input: &'a RawValue,
-    #[serde(borrow)]
-    output: &'a RawValue,
+    input: CallMeta,
+    output: ValueMeta,
     parameters: Parameters,
     buffers: Buffers,
     /// `[first input shape, first output shape]` priced with the module's descriptor, a whole
@@ -96,116 +83,13 @@ enum CallShapes {
     Whole(Box<Call>),
 }
 
-/// Parameters a layer call counts first (`shared`: some were counted by an earlier call).
-#[derive(Deserialize, Serialize)]
-struct Parameters {
-    trainable: u64,
-    frozen: u64,
-    bytes: u64,
-    shared: bool,
-}
-
-#[derive(Deserialize, Serialize)]
-struct Buffers {
-    elements: u64,
-    bytes: u64,
-    shared: bool,
-}
-
-/// A metric value: counts are integers, receptive-field values may be fractional.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
-#[serde(untagged)]
-enum Number {
-    Int(u64),
-    Signed(i64),
-    Float(f64),
-}
-
-/// A MetricResult (contract) of any unit; only the constructors below build one.
-#[derive(Serialize, Clone, Debug, PartialEq)]
-struct Metric {
-    status: Status,
-    value: Option<Number>,
-    known_value: Option<Number>,
-    unit: &'static str,
-    scope: &'static str,
-    method: &'static str,
-}
-
-impl Metric {
-    fn complete(value: Number, unit: &'static str, scope: &'static str, method: &'static str) -> Self {
-        Metric { status: Status::Complete, value: Some(value), known_value: Some(value), unit, scope, method }
-    }
-
-    fn partial(known: u64, unit: &'static str, scope: &'static str, method: &'static str) -> Self {
-        Metric { status: Status::Partial, value: None, known_value: Some(Number::Int(known)), unit, scope, method }
-    }
-
-    fn unavailable(unit: &'static str, scope: &'static str, method: &'static str) -> Self {
-        Metric { status: Status::Unavailable, value: None, known_value: None, unit, scope, method }
-    }
-
-    fn known_count(&self) -> Option<u64> {
-        match self.known_value {
-            Some(Number::Int(v)) => Some(v),
-            _ => None,
-        }
-    }
-}
-
-/// A metric of a layer or a total: computed here, or operator FLOPs straight from the session.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum AnyMetric {
-    Module(Metric),
-    Operator(MetricResult),
-}
-
-impl AnyMetric {
-    /// Not complete, and not merely not requested (what `strict` refuses).
-    fn is_counted_and_incomplete(&self) -> bool {
-        let (status, method) = match self {
-            AnyMetric::Module(m) => (m.status, m.method),
-            AnyMetric::Operator(m) => (m.status, m.method.as_str()),
-        };
-        status != Status::Complete && method != NOT_REQUESTED
-    }
-}
-
-type Metrics = BTreeMap<&'static str, AnyMetric>;
-
-#[derive(Serialize)]
-struct Layer<'a> {
-    path: &'a str,
-    call_index: u64,
-    name: &'a str,
-    depth: u64,
-    #[serde(rename = "type")]
-    type_name: &'a str,
-    input: &'a RawValue,
-    output: &'a RawValue,
-    parameters: Parameters,
-    buffers: Buffers,
-    metrics: Metrics,
-}
-
-#[derive(Serialize)]
-struct AnalysisReport<'a> {
-    schema_version: u32,
-    context: &'a RawValue,
-    inputs: &'a RawValue,
-    layers: Vec<Layer<'a>>,
-    operator_flops: FlopReport,
-    totals: Metrics,
-    diagnostics: Vec<Diagnostic>,
-}
-
+/// What `crawl_module` gets back: the report, and the names of its incomplete metrics (what
+/// `strict` refuses: totals that are not complete, except those not requested, and every
+/// diagnostic's metric).
 #[derive(Serialize)]
 struct Assembled<'a> {
-    report: AnalysisReport<'a>,
-    /// The names of the incomplete metrics (what `strict` refuses: totals that are not
-    /// complete, except those not requested, and every diagnostic's metric).
-    incomplete: Vec<String>,
+    report: &'a AnalysisReport,
+    incomplete: &'a [String],
 }
 
 fn diagnostic(code: &str, metric: &str, path: &str, message: String) -> Diagnostic {
@@ -223,7 +107,7 @@ fn diagnostic(code: &str, metric: &str, path: &str, message: String) -> Diagnost
 fn count_metric(
     result: &std::result::Result<u64, Failure>,
     name: &str,
-    unit: &'static str,
+    unit: Unit,
     path: &str,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Metric {
@@ -252,35 +136,47 @@ fn rf_value(n: RfNumber) -> Number {
     }
 }
 
-const RF_METRICS: [&str; 3] = ["receptive_field", "effective_stride", "effective_padding"];
-const COUNT_METRICS: [(&str, &str); 3] = [("module_flops", "FLOPs"), ("macs", "MACs"), ("dmas", "DMAs")];
+/// The module-formula counts of a layer call: name, unit, and the field that holds it.
+fn count_slots(m: &mut LayerMetrics) -> [(&'static str, Unit, &mut Option<Metric>); 3] {
+    [
+        ("module_flops", Unit::Flops, &mut m.module_flops),
+        ("macs", Unit::Macs, &mut m.macs),
+        ("dmas", Unit::Dmas, &mut m.dmas),
+    ]
+}
+
+fn rf_slots(m: &mut LayerMetrics) -> [&mut Option<Metric>; 3] {
+    [&mut m.receptive_field, &mut m.effective_stride, &mut m.effective_padding]
+}
 
 fn leaf_metrics(
     call: Option<&Call>,
     attention: bool,
     path: &str,
-    metrics: &mut Metrics,
+    metrics: &mut LayerMetrics,
     diagnostics: &mut Vec<Diagnostic>,
 ) {
     let Some(call) = call else {
-        for (name, unit) in COUNT_METRICS {
+        for (name, unit, slot) in count_slots(metrics) {
             diagnostics.push(diagnostic(
                 "missing_metric_tensor",
                 name,
                 path,
                 "The module call did not expose both an input and output tensor.".into(),
             ));
-            metrics.insert(name, AnyMetric::Module(Metric::unavailable(unit, "module_call", METHOD_MODULE)));
+            *slot = Some(Metric::unavailable(unit, "module_call", METHOD_MODULE));
         }
         return;
     };
     let m = call.metrics();
-    for ((name, unit), count) in COUNT_METRICS.into_iter().zip([&m.flops, &m.macs, &m.dmas]) {
-        metrics.insert(name, AnyMetric::Module(count_metric(count, name, unit, path, diagnostics)));
+    for ((name, unit, slot), count) in count_slots(metrics).into_iter().zip([&m.flops, &m.macs, &m.dmas]) {
+        *slot = Some(count_metric(count, name, unit, path, diagnostics));
     }
     let rf: [Metric; 3] = match (&m.receptive_field, attention) {
-        (_, true) => [(); 3].map(|_| Metric::unavailable("elements", "module_call", "not_applicable")),
-        (Ok(values), false) => values.map(|v| Metric::complete(rf_value(v), "elements", "module_call", METHOD_MODULE)),
+        (_, true) => [(); 3].map(|_| Metric::unavailable(Unit::Elements, "module_call", "not_applicable")),
+        (Ok(values), false) => {
+            values.map(|v| Metric::complete(rf_value(v), Unit::Elements, "module_call", METHOD_MODULE))
+        }
         (Err(failure), false) => {
             let (code, message) = match failure {
                 Failure::Unsupported(t) => ("unsupported_module_metric", format!("Module type not supported: {t}")),
@@ -289,24 +185,18 @@ fn leaf_metrics(
                 }
             };
             diagnostics.push(diagnostic(code, "receptive_field", path, message));
-            [(); 3].map(|_| Metric::unavailable("elements", "module_call", METHOD_MODULE))
+            [(); 3].map(|_| Metric::unavailable(Unit::Elements, "module_call", METHOD_MODULE))
         }
     };
-    for (name, value) in RF_METRICS.into_iter().zip(rf) {
-        metrics.insert(name, AnyMetric::Module(value));
+    for (slot, value) in rf_slots(metrics).into_iter().zip(rf) {
+        *slot = Some(value);
     }
 }
 
 /// Sum of a layer metric over the layers that have it: complete if all are, partial (a lower
 /// bound) if some number is known, unavailable otherwise.
-fn aggregate(layers: &[Layer], name: &str, unit: &'static str) -> Metric {
-    let results: Vec<&Metric> = layers
-        .iter()
-        .filter_map(|l| match l.metrics.get(name) {
-            Some(AnyMetric::Module(m)) => Some(m),
-            _ => None,
-        })
-        .collect();
+fn aggregate(layers: &[Layer], pick: fn(&LayerMetrics) -> Option<&Metric>, unit: Unit) -> Metric {
+    let results: Vec<&Metric> = layers.iter().filter_map(|l| pick(&l.metrics)).collect();
     if results.is_empty() {
         return Metric::unavailable(unit, "forward", METHOD_MODULE);
     }
@@ -329,6 +219,8 @@ fn aggregate(layers: &[Layer], name: &str, unit: &'static str) -> Metric {
 
 /// Structure mode's operator report: the FlopReport's shape, nothing counted.
 fn not_requested(torch_version: String) -> FlopReport {
+    let mut total = MetricResult::unavailable("workload");
+    total.method = NOT_REQUESTED.into();
     FlopReport {
         schema_version: SCHEMA_VERSION,
         context: FlopContext {
@@ -336,14 +228,7 @@ fn not_requested(torch_version: String) -> FlopReport {
             torchscan_version: crate::report::TORCHSCAN_VERSION.into(),
             method: NOT_REQUESTED.into(),
         },
-        total: MetricResult {
-            status: Status::Unavailable,
-            value: None,
-            known_value: None,
-            unit: crate::report::UNIT_FLOPS.into(),
-            scope: "workload".into(),
-            method: NOT_REQUESTED.into(),
-        },
+        total,
         by_module: BTreeMap::new(),
         by_module_status: BTreeMap::new(),
         by_call: BTreeMap::new(),
@@ -367,9 +252,9 @@ fn per_call(report: &mut FlopReport, layers: usize) -> Vec<Option<MetricResult>>
     by_index
 }
 
-/// Builds the report as JSON: `{"report": AnalysisReport, "incomplete": [metric names]}`.
-/// `flops` is the FlopReport of the same forward (from the session), `None` in structure mode.
-pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String> {
+/// The report, and the names of its incomplete metrics. `flops` is the FlopReport of the same
+/// forward (from the session), `None` in structure mode.
+pub fn assemble(document: &str, flops: Option<FlopReport>) -> Result<(AnalysisReport, Vec<String>)> {
     let doc: Document = serde_json::from_str(document)
         .map_err(|e| Error::BadAnalysisInput(format!("malformed analysis document: {e}")))?;
     let full = doc.mode == Mode::Full;
@@ -388,45 +273,55 @@ pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String
     diagnostics.extend(operator_flops.diagnostics.iter().cloned());
     let totals = totals(&doc.parameter_totals, &layers, full, &operator_flops);
 
-    let mut incomplete: BTreeSet<String> =
-        totals.iter().filter(|(_, m)| m.is_counted_and_incomplete()).map(|(name, _)| (*name).to_string()).collect();
+    let mut incomplete: BTreeSet<String> = totals
+        .iter()
+        .filter(|(_, m)| m.status != Status::Complete && m.method != NOT_REQUESTED)
+        .map(|(name, _)| name.to_string())
+        .collect();
     incomplete.extend(diagnostics.iter().map(|d| d.metric.clone()));
-
-    let assembled = Assembled {
-        report: AnalysisReport {
-            schema_version: SCHEMA_VERSION,
-            context: doc.context,
-            inputs: doc.inputs,
-            layers,
-            operator_flops,
-            totals,
-            diagnostics,
-        },
-        incomplete: incomplete.into_iter().collect(),
+    let report = AnalysisReport {
+        schema_version: SCHEMA_VERSION,
+        context: doc.context,
+        inputs: doc.inputs,
+        layers,
+        operator_flops,
+        totals,
+        diagnostics,
     };
-    serde_json::to_string(&assembled).map_err(|e| Error::Internal(format!("the report cannot be serialized: {e}")))
+    Ok((report, incomplete.into_iter().collect()))
+}
+
+/// [`assemble`] as JSON: `{"report": AnalysisReport, "incomplete": [metric names]}`.
+pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String> {
+    let (report, incomplete) = assemble(document, flops)?;
+    serde_json::to_string(&Assembled { report: &report, incomplete: &incomplete })
+        .map_err(|e| Error::Internal(format!("the report cannot be serialized: {e}")))
 }
 
 /// One layer record of the report. `own_flops`: in full mode, the operator FLOPs counted inside
 /// this call (`Some(None)`: none were).
-fn layer_record<'a>(
+fn layer_record(
     index: usize,
-    layer: LayerCall<'a>,
-    modules: &'a [ModuleRow<'a>],
+    layer: LayerCall,
+    modules: &[ModuleRow],
     own_flops: Option<Option<MetricResult>>,
     diagnostics: &mut Vec<Diagnostic>,
-) -> Result<Layer<'a>> {
+) -> Result<Layer> {
     let row = modules.get(layer.module).ok_or_else(|| {
         Error::BadAnalysisInput(format!("malformed analysis document: layer {index} names module {}", layer.module))
     })?;
-    let mut metrics = Metrics::new();
-    metrics
-        .insert("calls", AnyMetric::Module(Metric::complete(Number::Int(1), "calls", "module_call", "pytorch_hook")));
+    let mut metrics = LayerMetrics {
+        calls: Metric::complete(Number::Int(1), Unit::Calls, "module_call", "pytorch_hook"),
+        dmas: None,
+        effective_padding: None,
+        effective_stride: None,
+        macs: None,
+        module_flops: None,
+        operator_flops: None,
+        receptive_field: None,
+    };
     if let Some(own) = own_flops {
-        metrics.insert(
-            "operator_flops",
-            AnyMetric::Operator(own.unwrap_or_else(|| MetricResult::complete(0, "module_call"))),
-        );
+        metrics.operator_flops = Some(own.unwrap_or_else(|| MetricResult::complete(0, "module_call")).into());
         if row.leaf {
             let call = match layer.call {
                 None => None,
@@ -445,11 +340,11 @@ fn layer_record<'a>(
         }
     }
     Ok(Layer {
-        path: &row.path,
+        path: row.path.clone(),
         call_index: layer.call_index,
-        name: &row.name,
+        name: row.name.clone(),
         depth: row.depth,
-        type_name: &row.type_name,
+        type_name: row.type_name.clone(),
         input: layer.input,
         output: layer.output,
         parameters: layer.parameters,
@@ -460,23 +355,27 @@ fn layer_record<'a>(
 
 /// The report's totals: the model's parameters and buffers, the module formulas summed over the
 /// layers (full mode), and the operator FLOPs of the forward.
-fn totals(p: &ParameterTotals, layers: &[Layer], full: bool, operator_flops: &FlopReport) -> Metrics {
-    let model =
-        |v: u64, unit: &'static str| AnyMetric::Module(Metric::complete(Number::Int(v), unit, "model", "pytorch"));
-    let mut totals = BTreeMap::new();
-    totals.insert("parameters", model(p.trainable.saturating_add(p.frozen), "elements"));
-    totals.insert("trainable_parameters", model(p.trainable, "elements"));
-    totals.insert("frozen_parameters", model(p.frozen, "elements"));
-    totals.insert("parameter_bytes", model(p.parameter_bytes, "bytes"));
-    totals.insert("buffer_elements", model(p.buffer_elements, "elements"));
-    totals.insert("buffer_bytes", model(p.buffer_bytes, "bytes"));
-    for (name, unit) in COUNT_METRICS {
-        let value =
-            if full { aggregate(layers, name, unit) } else { Metric::unavailable(unit, "forward", NOT_REQUESTED) };
-        totals.insert(name, AnyMetric::Module(value));
+fn totals(p: &ParameterTotals, layers: &[Layer], full: bool, operator_flops: &FlopReport) -> Totals {
+    let model = |v: u64, unit: Unit| Metric::complete(Number::Int(v), unit, "model", "pytorch");
+    let formula = |pick: fn(&LayerMetrics) -> Option<&Metric>, unit: Unit| {
+        if full {
+            aggregate(layers, pick, unit)
+        } else {
+            Metric::unavailable(unit, "forward", NOT_REQUESTED)
+        }
+    };
+    Totals {
+        buffer_bytes: model(p.buffer_bytes, Unit::Bytes),
+        buffer_elements: model(p.buffer_elements, Unit::Elements),
+        dmas: formula(|m| m.dmas.as_ref(), Unit::Dmas),
+        frozen_parameters: model(p.frozen, Unit::Elements),
+        macs: formula(|m| m.macs.as_ref(), Unit::Macs),
+        module_flops: formula(|m| m.module_flops.as_ref(), Unit::Flops),
+        operator_flops: operator_flops.total.clone().into(),
+        parameter_bytes: model(p.parameter_bytes, Unit::Bytes),
+        parameters: model(p.trainable.saturating_add(p.frozen), Unit::Elements),
+        trainable_parameters: model(p.trainable, Unit::Elements),
     }
-    totals.insert("operator_flops", AnyMetric::Operator(operator_flops.total.clone()));
-    totals
 }
 
 #[cfg(test)]
@@ -491,8 +390,18 @@ mod tests {
     fn layer(path: &str, leaf: bool, descriptor: Value, call: Value) -> Layer {
         Layer(
             json!([path, path, 1, "T", leaf, false, descriptor]),
-            json!([0, 0, {"args": []}, {"kind": "none"}, [1, 0, 4, false], [0, 0, false], call]),
+            json!([0, 0, {"args": [], "kwargs": {}}, {"kind": "none"}, [1, 0, 4, false], [0, 0, false], call]),
         )
+    }
+
+    fn context(mode: &str) -> Value {
+        let mut context = json!({"torchscan_version": "0.3.0", "torch_version": "2.13.0", "python_version": "3.11.2",
+            "model_type": "m.M", "execution_mode": "evaluation_no_grad", "training_before": true,
+            "devices": ["cpu"], "dtypes": ["torch.float32"]});
+        if mode == "structure" {
+            context["analysis_mode"] = json!("structure");
+        }
+        context
     }
 
     fn document(mode: &str, layers: Vec<Layer>) -> String {
@@ -505,7 +414,7 @@ mod tests {
             })
             .unzip();
         json!({
-            "mode": mode, "context": {"k": 1}, "inputs": {"source": "generated", "args": [], "kwargs": {}},
+            "mode": mode, "context": context(mode), "inputs": {"source": "generated", "args": [], "kwargs": {}},
             "modules": modules, "layers": calls, "torch_version": "2.13.0",
             "parameter_totals": {"trainable": 10, "frozen": 2, "parameter_bytes": 48, "buffer_elements": 3, "buffer_bytes": 12},
         })
@@ -557,12 +466,12 @@ mod tests {
     }
 
     #[test]
-    fn pass_through_metadata_is_copied_verbatim() {
+    fn call_metadata_and_context_are_kept() {
         let doc = document("full", vec![linear()]);
         let (report, _) = assemble(&doc);
-        assert_eq!(report["context"], json!({"k": 1}));
+        assert_eq!(report["context"], context("full"));
         assert_eq!(report["inputs"]["source"], "generated");
-        assert_eq!(report["layers"][0]["input"], json!({"args": []}));
+        assert_eq!(report["layers"][0]["input"], json!({"args": [], "kwargs": {}}));
         assert_eq!(report["layers"][0]["output"], json!({"kind": "none"}));
         assert_eq!(
             report["layers"][0]["parameters"],

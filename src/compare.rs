@@ -8,15 +8,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::report::{ComparedMetric, LayerChanges, LayerDiff, LayerSnapshot, MetricDiff, Number, ReportDiff, Status};
 
 const MARK_NONSTR: &str = "\u{0}nonstr";
 const MARK_FLOAT: &str = "\u{0}float";
 const SUPPORTED: i64 = 1;
 
-type Metrics = BTreeMap<String, Map<String, Value>>;
+type Metrics = BTreeMap<String, ComparedMetric>;
 
 struct Normalized {
     version: i64,
@@ -55,10 +56,14 @@ fn string_keys(map: &Map<String, Value>, location: &str) -> Result<()> {
 }
 
 /// `Some(number)`, `None` for null; errors for anything else (a bool is not a number).
-fn number(value: &Value, location: &str) -> Result<Option<Value>> {
+fn number(value: &Value, location: &str) -> Result<Option<Number>> {
     match value {
         Value::Null => Ok(None),
-        Value::Number(_) => Ok(Some(value.clone())),
+        Value::Number(n) => Ok(Some(
+            (n.as_u64().map(Number::Int))
+                .or_else(|| n.as_i64().map(Number::Signed))
+                .unwrap_or_else(|| Number::Float(n.as_f64().unwrap_or(f64::NAN))),
+        )),
         Value::Object(o) if o.contains_key(MARK_FLOAT) => {
             Err(value_error(format!("{location} must be a finite number or None")))
         }
@@ -66,19 +71,7 @@ fn number(value: &Value, location: &str) -> Result<Option<Value>> {
     }
 }
 
-/// An integer JSON number, exactly (`i64` or `u64` range).
-fn integer(value: &Value) -> Option<i128> {
-    value.as_i64().map(i128::from).or_else(|| value.as_u64().map(i128::from))
-}
-
-fn same_number(a: &Value, b: &Value) -> bool {
-    match (integer(a), integer(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => a.as_f64() == b.as_f64(),
-    }
-}
-
-fn normalize_metric(value: &Value, location: &str) -> Result<Map<String, Value>> {
+fn normalize_metric(value: &Value, location: &str) -> Result<ComparedMetric> {
     let map = mapping(value, location)?;
     for field in ["status", "value", "known_value"] {
         if !map.contains_key(field) {
@@ -86,41 +79,47 @@ fn normalize_metric(value: &Value, location: &str) -> Result<Map<String, Value>>
         }
     }
     let status = match map["status"].as_str() {
-        Some(s @ ("complete" | "partial" | "unavailable")) => s,
+        Some("complete") => Status::Complete,
+        Some("partial") => Status::Partial,
+        Some("unavailable") => Status::Unavailable,
         _ => return Err(value_error(format!("{location}['status'] must be 'complete', 'partial', or 'unavailable'"))),
     };
-    let v = number(&map["value"], &format!("{location}['value']"))?;
-    let known = number(&map["known_value"], &format!("{location}['known_value']"))?;
+    let value = number(&map["value"], &format!("{location}['value']"))?;
+    let known_value = number(&map["known_value"], &format!("{location}['known_value']"))?;
     match status {
-        "complete" => {
-            let Some(v) = &v else {
+        Status::Complete => {
+            let Some(v) = value else {
                 return Err(value_error(format!("{location}['value'] must be a number when status is 'complete'")));
             };
-            if !known.as_ref().is_some_and(|k| same_number(k, v)) {
+            if !known_value.is_some_and(|k| k.same(v)) {
                 return Err(value_error(format!(
                     "{location}['known_value'] must equal 'value' when status is 'complete'"
                 )));
             }
         }
-        "partial" if v.is_some() || known.is_none() => {
+        Status::Partial if value.is_some() || known_value.is_none() => {
             return Err(value_error(format!("{location} must have only a known_value when status is 'partial'")))
         }
-        "unavailable" if v.is_some() || known.is_some() => {
+        Status::Unavailable if value.is_some() || known_value.is_some() => {
             return Err(value_error(format!("{location} numeric values must be None when status is 'unavailable'")))
         }
         _ => {}
     }
-    let mut out = Map::new();
-    out.insert("status".into(), json!(status));
-    out.insert("value".into(), v.unwrap_or(Value::Null));
-    out.insert("known_value".into(), known.unwrap_or(Value::Null));
-    for field in ["unit", "scope", "method"] {
-        if let Some(text) = map.get(field) {
-            let text = text.as_str().ok_or_else(|| type_error(format!("{location}['{field}'] must be a string")))?;
-            out.insert(field.into(), json!(text));
+    let text = |field: &str| -> Result<Option<String>> {
+        match map.get(field) {
+            None => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(type_error(format!("{location}['{field}'] must be a string"))),
         }
-    }
-    Ok(out)
+    };
+    Ok(ComparedMetric {
+        status,
+        value,
+        known_value,
+        unit: text("unit")?,
+        scope: text("scope")?,
+        method: text("method")?,
+    })
 }
 
 fn normalize_metrics(value: &Value, location: &str) -> Result<Metrics> {
@@ -183,57 +182,47 @@ fn normalize(report: &Value, location: &str) -> Result<Normalized> {
 /// `after - before`: exact for integers (counts are up to 2^64 - 1, so a difference spans
 /// -(2^64 - 1) ..= 2^64 - 1: emitted as an integer when it fits `i64` or `u64`, else as the
 /// nearest float); a float difference otherwise.
-fn delta(before: &Value, after: &Value) -> Value {
-    match (integer(before), integer(after)) {
-        (Some(b), Some(a)) => {
-            let d = a - b;
-            if let Ok(v) = i64::try_from(d) {
-                json!(v)
-            } else if let Ok(v) = u64::try_from(d) {
-                json!(v)
-            } else {
-                json!(d as f64)
-            }
-        }
-        _ => match (before.as_f64(), after.as_f64()) {
-            (Some(b), Some(a)) => json!(a - b),
-            _ => Value::Null,
-        },
+fn delta(before: Number, after: Number) -> Number {
+    match (before.integer(), after.integer()) {
+        (Some(b), Some(a)) => Number::from_i128(a - b),
+        _ => Number::Float(after.as_f64() - before.as_f64()),
     }
 }
 
-fn diff_metric(before: Option<&Map<String, Value>>, after: Option<&Map<String, Value>>) -> Value {
+fn diff_metric(before: Option<&ComparedMetric>, after: Option<&ComparedMetric>) -> MetricDiff {
     let status = match (before, after) {
         (Some(b), Some(a)) => {
-            let statuses = [b["status"].as_str(), a["status"].as_str()];
-            if statuses.contains(&Some("unavailable")) {
-                "unavailable"
-            } else if statuses.contains(&Some("partial")) {
-                "partial"
+            let statuses = [b.status, a.status];
+            if statuses.contains(&Status::Unavailable) {
+                Status::Unavailable
+            } else if statuses.contains(&Status::Partial) {
+                Status::Partial
             } else {
-                "complete"
+                Status::Complete
             }
         }
-        _ => "unavailable",
+        _ => Status::Unavailable,
     };
-    let d = match (status, before, after) {
-        ("complete", Some(b), Some(a)) => delta(&b["value"], &a["value"]),
-        _ => Value::Null,
+    let delta = match (status, before.and_then(|b| b.value), after.and_then(|a| a.value)) {
+        (Status::Complete, Some(b), Some(a)) => Some(delta(b, a)),
+        _ => None,
     };
-    json!({"status": status, "delta": d, "before": before, "after": after})
+    MetricDiff { after: after.cloned(), before: before.cloned(), delta, status }
 }
 
-fn diff_metrics(before: &Metrics, after: &Metrics, changed_only: bool) -> Result<Map<String, Value>> {
+fn diff_metrics(before: &Metrics, after: &Metrics, changed_only: bool) -> Result<BTreeMap<String, MetricDiff>> {
     let names: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
-    let mut out = Map::new();
+    let mut out = BTreeMap::new();
     for name in names {
         let (b, a) = (before.get(name), after.get(name));
         if changed_only && b == a {
             continue;
         }
         if let (Some(b), Some(a)) = (b, a) {
-            for field in ["unit", "scope", "method"] {
-                if b.get(field) != a.get(field) {
+            for (field, x, y) in
+                [("unit", &b.unit, &a.unit), ("scope", &b.scope, &a.scope), ("method", &b.method, &a.method)]
+            {
+                if x != y {
                     return Err(value_error(format!("metric {} has incompatible {field}", repr(name))));
                 }
             }
@@ -243,12 +232,12 @@ fn diff_metrics(before: &Metrics, after: &Metrics, changed_only: bool) -> Result
     Ok(out)
 }
 
-fn snapshot(key: &(String, i64), metrics: &Metrics) -> Value {
-    json!({"path": key.0, "call_index": key.1, "metrics": metrics})
+fn snapshot(key: &(String, i64), metrics: &Metrics) -> LayerSnapshot {
+    LayerSnapshot { call_index: key.1, metrics: metrics.clone(), path: key.0.clone() }
 }
 
 /// The ReportDiff of two reports (JSON values, encoded as described above).
-pub fn compare(before: &Value, after: &Value) -> Result<Value> {
+pub fn compare(before: &Value, after: &Value) -> Result<ReportDiff> {
     let b = normalize(before, "before")?;
     let a = normalize(after, "after")?;
     if b.version != a.version {
@@ -258,23 +247,17 @@ pub fn compare(before: &Value, after: &Value) -> Result<Value> {
         return Err(value_error(format!("unsupported schema version: {}", b.version)));
     }
     let totals = diff_metrics(&b.totals, &a.totals, false)?;
-    let added: Vec<Value> =
-        a.layers.iter().filter(|(k, _)| !b.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
-    let removed: Vec<Value> =
-        b.layers.iter().filter(|(k, _)| !a.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
+    let added = a.layers.iter().filter(|(k, _)| !b.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
+    let removed = b.layers.iter().filter(|(k, _)| !a.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
     let mut changed = Vec::new();
     for (key, before_metrics) in &b.layers {
         let Some(after_metrics) = a.layers.get(key) else { continue };
         let metrics = diff_metrics(before_metrics, after_metrics, true)?;
         if !metrics.is_empty() {
-            changed.push(json!({"path": key.0, "call_index": key.1, "metrics": metrics}));
+            changed.push(LayerDiff { call_index: key.1, metrics, path: key.0.clone() });
         }
     }
-    Ok(json!({
-        "schema_version": b.version,
-        "totals": totals,
-        "layers": {"added": added, "removed": removed, "changed": changed},
-    }))
+    Ok(ReportDiff { layers: LayerChanges { added, changed, removed }, schema_version: b.version, totals })
 }
 
 /// `compare` over JSON text, for the FFI.
@@ -282,12 +265,20 @@ pub fn compare_json(before: &str, after: &str) -> Result<String> {
     let parse = |text: &str, which: &str| {
         serde_json::from_str::<Value>(text).map_err(|e| value_error(format!("{which} is not valid JSON ({e})")))
     };
-    Ok(compare(&parse(before, "before")?, &parse(after, "after")?)?.to_string())
+    let diff = compare(&parse(before, "before")?, &parse(after, "after")?)?;
+    serde_json::to_string(&diff).map_err(|e| Error::Internal(format!("the diff cannot be serialized: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    /// The diff as JSON, as users read it.
+    fn diff(before: &Value, after: &Value) -> Value {
+        serde_json::to_value(compare(before, after).unwrap()).unwrap()
+    }
 
     fn m(status: &str, value: Value, known: Value) -> Value {
         json!({"status": status, "value": value, "known_value": known, "unit": "FLOPs", "scope": "s", "method": "x"})
@@ -305,7 +296,7 @@ mod tests {
     fn diff_of_totals_and_layers() {
         let before = report(m("complete", json!(100), json!(100)), json!([layer("a", 0, 60), layer("b", 0, 40)]));
         let after = report(m("complete", json!(130), json!(130)), json!([layer("a", 0, 90), layer("c", 0, 40)]));
-        let d = compare(&before, &after).unwrap();
+        let d = diff(&before, &after);
         assert_eq!(d["totals"]["module_flops"]["delta"], 30);
         assert_eq!(d["totals"]["module_flops"]["status"], "complete");
         assert_eq!(d["layers"]["added"][0]["path"], "c");
@@ -318,11 +309,11 @@ mod tests {
     fn status_propagation() {
         let before = report(m("partial", Value::Null, json!(5)), json!([]));
         let after = report(m("complete", json!(9), json!(9)), json!([]));
-        let d = compare(&before, &after).unwrap();
+        let d = diff(&before, &after);
         assert_eq!(d["totals"]["module_flops"]["status"], "partial");
         assert_eq!(d["totals"]["module_flops"]["delta"], Value::Null);
         let missing = json!({"schema_version": 1, "totals": {}, "layers": []});
-        let d = compare(&before, &missing).unwrap();
+        let d = diff(&before, &missing);
         assert_eq!(d["totals"]["module_flops"]["status"], "unavailable");
         assert_eq!(d["totals"]["module_flops"]["after"], Value::Null);
     }

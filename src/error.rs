@@ -1,6 +1,7 @@
 //! The crate's one error type. Every fallible public function returns [`Error`]; the Python
-//! exception each variant becomes is decided in one place, [`Error::kind`], and the C++ edge
-//! (`cpp/ops.cpp`, `throw_mapped`) turns that kind into the matching `c10` error class.
+//! exception each variant becomes is decided in one place, [`Error::kind`]; the bridge sends that
+//! kind as a shared enum (`ffi.rs`, `last_error_kind`) and the C++ edge (`cpp/ops.cpp`,
+//! `throw_mapped`) turns it into the matching `c10` error class.
 
 use thiserror::Error;
 
@@ -10,17 +11,6 @@ pub enum ErrorKind {
     Value,
     Type,
     Runtime,
-}
-
-impl ErrorKind {
-    /// The tag that prefixes a message crossing the FFI (`"value|message"`); see `cpp/ops.cpp`.
-    pub fn tag(self) -> &'static str {
-        match self {
-            ErrorKind::Value => "value",
-            ErrorKind::Type => "type",
-            ErrorKind::Runtime => "runtime",
-        }
-    }
 }
 
 #[derive(Debug, Error)]
@@ -84,11 +74,6 @@ impl Error {
             Error::ReportType(_) => ErrorKind::Type,
         }
     }
-
-    /// `"kind|message"`: how an error crosses the FFI so that C++ can rethrow the right class.
-    pub fn to_tagged_string(&self) -> String {
-        format!("{}|{}", self.kind().tag(), self)
-    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -98,18 +83,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kinds_and_tags() {
+    fn kinds_and_messages() {
         assert_eq!(Error::BadConfig("x".into()).kind(), ErrorKind::Value);
         assert_eq!(Error::UnknownSession(7).kind(), ErrorKind::Runtime);
         assert_eq!(
-            Error::UnknownSession(7).to_tagged_string(),
-            "runtime|unknown torchscan session handle 7: it was never opened, or is already closed"
+            Error::UnknownSession(7).to_string(),
+            "unknown torchscan session handle 7: it was never opened, or is already closed"
         );
         let e = Error::ReportType("a report's 'layers' must be a list".into());
-        assert_eq!(e.to_tagged_string(), "type|a report's 'layers' must be a list");
+        assert_eq!((e.kind(), e.to_string().as_str()), (ErrorKind::Type, "a report's 'layers' must be a list"));
         assert_eq!(
-            Error::BadAnalysisInput("layer 3 names module 9".into()).to_tagged_string(),
-            "value|invalid analysis input: layer 3 names module 9"
+            Error::BadAnalysisInput("layer 3 names module 9".into()).to_string(),
+            "invalid analysis input: layer 3 names module 9"
         );
         assert_eq!(Error::Internal("x".into()).kind(), ErrorKind::Runtime);
     }

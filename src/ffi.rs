@@ -2,8 +2,9 @@
 //!
 //! Nothing here may unwind into C++: a panic in an `extern "Rust"` function aborts the process.
 //! The per-event entry points catch panics and fall back to a safe decision; the session-level
-//! ones return `Result`, which C++ rethrows as the `c10` error class [`crate::error::ErrorKind`]
-//! names (`"kind|message"`, see `cpp/ops.cpp`).
+//! ones return `Result`: the message travels in cxx's `rust::Error`, and the error's kind (the
+//! shared enum `ErrorKind`) is read right after by `last_error_kind`, which `cpp/ops.cpp` maps to
+//! the `c10` error class Python turns into `ValueError`, `TypeError` or `RuntimeError`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -34,6 +35,13 @@ mod bridge {
     #[repr(u8)]
     enum Limits {
         Sessions = 64,
+    }
+
+    /// How a failed call surfaces (`crate::error::ErrorKind`): the `c10` error class C++ throws.
+    enum ErrorKind {
+        Value,
+        Type,
+        Runtime,
     }
 
     /// The bits of `session::Decision` the shim reads (checked below at compile time).
@@ -91,6 +99,8 @@ mod bridge {
     }
 
     extern "Rust" {
+        /// The kind of the error this thread's last failed call returned (`Runtime` if none).
+        fn last_error_kind() -> ErrorKind;
         fn open_session(config: &str) -> Result<OpenedSession>;
         fn close_session(handle: i64) -> Result<String>;
         fn finish_session(handle: i64, custom_flops: &str) -> Result<String>;
@@ -196,13 +206,36 @@ const _: () = {
     assert!(DecisionBit::Resume.repr == Decision::RESUME);
 };
 
-/// Runs `f`; a panic becomes a runtime error instead of an abort.
-fn guarded<T>(f: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_tagged_string()),
-        Err(_) => Err("runtime|internal error in torchscan's native core (a bug: please report it)".into()),
+thread_local! {
+    /// The kind of this thread's last error: C++ reads it as soon as the call returns.
+    static LAST_ERROR_KIND: std::cell::Cell<bridge::ErrorKind> = const { std::cell::Cell::new(bridge::ErrorKind::Runtime) };
+}
+
+fn last_error_kind() -> bridge::ErrorKind {
+    LAST_ERROR_KIND.with(|k| k.get())
+}
+
+/// The one mapping from the core's error kinds to the bridge's.
+fn bridge_kind(kind: crate::error::ErrorKind) -> bridge::ErrorKind {
+    match kind {
+        crate::error::ErrorKind::Value => bridge::ErrorKind::Value,
+        crate::error::ErrorKind::Type => bridge::ErrorKind::Type,
+        crate::error::ErrorKind::Runtime => bridge::ErrorKind::Runtime,
     }
+}
+
+/// Runs `f`; a panic becomes a runtime error instead of an abort. An error's kind is left for
+/// `last_error_kind`, its message goes in cxx's `rust::Error`.
+fn guarded<T>(f: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
+    let (kind, message) = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => return Ok(v),
+        Ok(Err(e)) => (bridge_kind(e.kind()), e.to_string()),
+        Err(_) => {
+            (bridge::ErrorKind::Runtime, "internal error in torchscan's native core (a bug: please report it)".into())
+        }
+    };
+    LAST_ERROR_KIND.with(|k| k.set(kind));
+    Err(message)
 }
 
 fn open_session(config: &str) -> Result<OpenedSession, String> {
@@ -367,8 +400,9 @@ fn format_info(
     max_width: usize,
 ) -> Result<String, String> {
     guarded(|| {
-        let report: serde_json::Value = serde_json::from_str(report)
-            .map_err(|e| crate::error::Error::ReportValue(format!("the report is not JSON ({e})")))?;
+        let report: crate::report::AnalysisReport = serde_json::from_str(report).map_err(|e| {
+            crate::error::Error::ReportValue(format!("the report does not match the AnalysisReport schema ({e})"))
+        })?;
         let wrap = crate::summary::Wrap::parse((!wrap_mode.is_empty()).then_some(wrap_mode))?;
         crate::summary::format_info(
             &report,

@@ -3,9 +3,8 @@
 //! effective stride and padding on request), then the parameter, size and metric-total lines
 //! (`known` before a partial value).
 
-use serde_json::Value;
-
 use crate::error::{Error, Result};
+use crate::report::{AnalysisReport, Layer, Metric, Status, ValueMeta};
 
 const HEADERS: [&str; 8] = [
     "Layer",
@@ -80,29 +79,21 @@ fn tree_name(name: &str, depth: u64) -> String {
     }
 }
 
-fn shape_text(meta: &Value) -> String {
-    let items =
-        |v: &Value| -> Vec<String> { v.as_array().map(|a| a.iter().map(shape_text).collect()).unwrap_or_default() };
-    match meta["kind"].as_str().unwrap_or("") {
-        "tensor" => {
-            let dims: Vec<String> =
-                meta["shape"].as_array().map(|a| a.iter().map(|d| d.to_string()).collect()).unwrap_or_default();
-            if dims.len() == 1 {
-                format!("({},)", dims[0])
-            } else {
-                format!("({})", dims.join(", "))
-            }
+fn shape_text(meta: &ValueMeta) -> String {
+    let items = |items: &[ValueMeta]| items.iter().map(shape_text).collect::<Vec<_>>().join(", ");
+    match meta {
+        ValueMeta::Tensor { shape, .. } if shape.len() == 1 => format!("({},)", shape[0]),
+        ValueMeta::Tensor { shape, .. } => {
+            format!("({})", shape.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
         }
-        "tuple" => format!("({})", items(&meta["items"]).join(", ")),
-        "list" => format!("[{}]", items(&meta["items"]).join(", ")),
-        "mapping" => {
-            let values: Vec<String> = meta["items"]
-                .as_array()
-                .map(|a| a.iter().map(|item| shape_text(&item["value"])).collect())
-                .unwrap_or_default();
-            format!("{{{}}}", values.join(", "))
+        ValueMeta::Tuple { items: values } => format!("({})", items(values)),
+        ValueMeta::List { items: values } => format!("[{}]", items(values)),
+        ValueMeta::Mapping { items: entries, .. } => {
+            format!("{{{}}}", entries.iter().map(|e| shape_text(&e.value)).collect::<Vec<_>>().join(", "))
         }
-        kind => kind.to_string(),
+        ValueMeta::None => "none".into(),
+        ValueMeta::Scalar { .. } => "scalar".into(),
+        ValueMeta::Object { .. } => "object".into(),
     }
 }
 
@@ -119,42 +110,43 @@ fn thousands(n: u64) -> String {
 }
 
 /// The number a metric stands for: its value when complete, else its known lower bound.
-fn metric_number(metric: &Value) -> Option<f64> {
-    let field = if metric["status"] == "complete" { "value" } else { "known_value" };
-    metric.get(field).and_then(Value::as_f64)
+fn metric_number(metric: &Metric) -> Option<f64> {
+    let number = if metric.status == Status::Complete { metric.value } else { metric.known_value };
+    number.map(|n| n.as_f64())
 }
 
-fn int(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
+/// A complete count (parameters, bytes), or 0.
+fn count(metric: &Metric) -> u64 {
+    metric.value.and_then(|n| n.integer()).and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
 }
 
-fn cells(layer: &Value, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] {
-    let name = tree_name(layer["name"].as_str().unwrap_or(""), layer["depth"].as_u64().unwrap_or(0));
+fn cells(layer: &Layer, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] {
+    let name = tree_name(&layer.name, layer.depth);
     let name_limit = widths[0].map_or(100, |w| w + 3);
-    let params = &layer["parameters"];
-    let owned = int(&params["trainable"]) + int(&params["frozen"]);
-    let rf = |key: &str| match layer["metrics"].get(key).and_then(metric_number) {
+    let params = &layer.parameters;
+    let owned = params.trainable.saturating_add(params.frozen);
+    let rf = |metric: &Option<Metric>| match metric.as_ref().and_then(metric_number) {
         Some(v) => format!("{v:.0}"),
         None => "?".to_string(),
     };
     [
         fit(&wrap_string(&name, name_limit, wrap), widths[0]),
-        fit(layer["type"].as_str().unwrap_or(""), widths[1]),
-        fit(&wrap_string(&shape_text(&layer["output"]), widths[2].unwrap_or(100), Wrap::End), widths[2]),
-        fit(&thousands(owned + int(&layer["buffers"]["elements"])), widths[3]),
+        fit(&layer.type_name, widths[1]),
+        fit(&wrap_string(&shape_text(&layer.output), widths[2].unwrap_or(100), Wrap::End), widths[2]),
+        fit(&thousands(owned.saturating_add(layer.buffers.elements)), widths[3]),
         fit(
             if owned == 0 {
                 "-"
-            } else if int(&params["trainable"]) > 0 {
+            } else if params.trainable > 0 {
                 "True"
             } else {
                 "False"
             },
             widths[4],
         ),
-        fit(&rf("receptive_field"), widths[5]),
-        fit(&rf("effective_stride"), widths[6]),
-        fit(&rf("effective_padding"), widths[7]),
+        fit(&rf(&layer.metrics.receptive_field), widths[5]),
+        fit(&rf(&layer.metrics.effective_stride), widths[6]),
+        fit(&rf(&layer.metrics.effective_padding), widths[7]),
     ]
 }
 
@@ -167,13 +159,13 @@ fn unit_scale(v: f64) -> (f64, &'static str) {
     (v, "")
 }
 
-fn total_line(name: &str, metric: &Value) -> String {
-    let complete = metric["status"] == "complete";
+fn total_line(name: &str, metric: &Metric) -> String {
+    let complete = metric.status == Status::Complete;
     match metric_number(metric) {
         None => format!("{name}: unavailable"),
         Some(v) => {
             let (scaled, prefix) = unit_scale(v);
-            let unit = metric["unit"].as_str().unwrap_or("");
+            let unit = metric.unit.name();
             format!("{name}: {}{scaled:.2} {prefix}{unit}", if complete { "" } else { "known " })
         }
     }
@@ -197,15 +189,13 @@ fn fit_to(widths: &mut [usize; 8], columns: usize, max_width: usize) {
 /// The table for `report` (`format_info` in Python), as torchscan 0.2 draws it; with
 /// `max_width` (a terminal's width) the name, shape and type columns narrow to fit it.
 pub fn format_info(
-    report: &Value,
+    report: &AnalysisReport,
     wrap: Wrap,
     receptive_field: bool,
     effective_rf_stats: bool,
     max_width: Option<usize>,
 ) -> Result<String> {
-    let layers = report["layers"].as_array().ok_or_else(|| Error::ReportValue("report has no 'layers' list".into()))?;
-    let totals =
-        report["totals"].as_object().ok_or_else(|| Error::ReportValue("report has no 'totals' mapping".into()))?;
+    let (layers, totals) = (&report.layers, &report.totals);
     let mut widths: [usize; 8] = HEADERS.map(chars);
     for layer in layers {
         for (w, cell) in widths.iter_mut().zip(cells(layer, &[None; 8], wrap)) {
@@ -235,26 +225,23 @@ pub fn format_info(
         lines.push(cells(layer, &fixed, wrap)[..columns].join(MARGIN));
     }
     lines.push(thick);
-    let total = |key: &str| totals.get(key).map(|m| int(&m["value"])).unwrap_or(0);
-    lines.push(format!("Trainable params: {}", thousands(total("trainable_parameters"))));
-    lines.push(format!("Non-trainable params: {}", thousands(total("frozen_parameters"))));
-    lines.push(format!("Total params: {}", thousands(total("parameters"))));
+    lines.push(format!("Trainable params: {}", thousands(count(&totals.trainable_parameters))));
+    lines.push(format!("Non-trainable params: {}", thousands(count(&totals.frozen_parameters))));
+    lines.push(format!("Total params: {}", thousands(count(&totals.parameters))));
     lines.push(dots.clone());
-    let size = (total("parameter_bytes") + total("buffer_bytes")) as f64 / 1024f64.powi(2);
+    let size = (count(&totals.parameter_bytes) as f64 + count(&totals.buffer_bytes) as f64) / 1024f64.powi(2);
     lines.push(format!("Model size (params + buffers): {size:.2} Mb"));
     lines.push(dots);
-    for (label, key) in [
-        ("Module-formula forward FLOPs", "module_flops"),
-        ("Multiply-Accumulations", "macs"),
-        ("Direct memory accesses", "dmas"),
-        ("Operator forward FLOPs", "operator_flops"),
+    for (label, metric) in [
+        ("Module-formula forward FLOPs", &totals.module_flops),
+        ("Multiply-Accumulations", &totals.macs),
+        ("Direct memory accesses", &totals.dmas),
+        ("Operator forward FLOPs", &totals.operator_flops),
     ] {
-        if let Some(metric) = totals.get(key) {
-            lines.push(total_line(label, metric));
-        }
+        lines.push(total_line(label, metric));
     }
-    if let Some(n) = report["diagnostics"].as_array().map(Vec::len).filter(|&n| n > 0) {
-        lines.push(format!("Diagnostics: {n} (inspect report['diagnostics'])"));
+    if !report.diagnostics.is_empty() {
+        lines.push(format!("Diagnostics: {} (inspect report['diagnostics'])", report.diagnostics.len()));
     }
     lines.push(thin);
     Ok(lines.join("\n"))
@@ -262,28 +249,55 @@ pub fn format_info(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
-    use serde_json::json;
 
     fn metric(v: u64, unit: &str) -> Value {
         json!({"status": "complete", "value": v, "known_value": v, "unit": unit, "scope": "s", "method": "m"})
     }
 
+    fn tensor(shape: Value) -> Value {
+        json!({"kind": "tensor", "shape": shape, "dtype": "torch.float32", "device": "cpu", "requires_grad": false})
+    }
+
     /// torchscan 0.2's README example: summary(nn.Conv2d(3, 8, 3), (3, 32, 32)).
-    fn conv_report() -> Value {
+    fn conv_json() -> Value {
+        let flops = json!({
+            "schema_version": 1, "context": {"torch_version": "2.13.0", "torchscan_version": "0.3.0", "method": "m"},
+            "total": {"status": "complete", "value": 388_800, "known_value": 388_800, "unit": "FLOPs",
+                      "scope": "workload", "method": "m"},
+            "by_module": {}, "by_module_status": {}, "by_operator": {}, "operator_calls": {}, "by_category": {},
+            "by_phase": {}, "ignored_operators": {}, "diagnostics": [],
+        });
         json!({
+            "schema_version": 1,
+            "context": {"torchscan_version": "0.3.0", "torch_version": "2.13.0", "python_version": "3.11.2",
+                        "model_type": "torch.nn.modules.conv.Conv2d", "execution_mode": "evaluation_no_grad",
+                        "training_before": true, "devices": ["cpu"], "dtypes": ["torch.float32"]},
+            "inputs": {"source": "generated", "args": [tensor(json!([1, 3, 32, 32]))], "kwargs": {}},
             "layers": [{"path": "", "call_index": 0, "name": "conv2d", "depth": 0, "type": "Conv2d",
-                        "output": {"kind": "tensor", "shape": [1, 8, 30, 30]},
+                        "input": {"args": [tensor(json!([1, 3, 32, 32]))], "kwargs": {}},
+                        "output": tensor(json!([1, 8, 30, 30])),
                         "parameters": {"trainable": 224, "frozen": 0, "bytes": 896, "shared": false},
                         "buffers": {"elements": 0, "bytes": 0, "shared": false},
-                        "metrics": {"receptive_field": metric(3, "elements")}}],
+                        "metrics": {"calls": metric(1, "calls"), "receptive_field": metric(3, "elements")}}],
+            "operator_flops": flops,
             "totals": {"parameters": metric(224, "elements"), "trainable_parameters": metric(224, "elements"),
                        "frozen_parameters": metric(0, "elements"), "parameter_bytes": metric(896, "bytes"),
-                       "buffer_bytes": metric(0, "bytes"), "module_flops": metric(388_800, "FLOPs"),
-                       "macs": metric(194_400, "MACs"), "dmas": metric(201_824, "DMAs"),
-                       "operator_flops": metric(388_800, "FLOPs")},
+                       "buffer_bytes": metric(0, "bytes"), "buffer_elements": metric(0, "elements"),
+                       "module_flops": metric(388_800, "FLOPs"), "macs": metric(194_400, "MACs"),
+                       "dmas": metric(201_824, "DMAs"), "operator_flops": metric(388_800, "FLOPs")},
             "diagnostics": [],
         })
+    }
+
+    fn report(value: Value) -> AnalysisReport {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn conv_report() -> AnalysisReport {
+        report(conv_json())
     }
 
     #[test]
@@ -315,10 +329,13 @@ mod tests {
 
     #[test]
     fn partial_and_unavailable_totals_and_rf_columns() {
-        let mut r = conv_report();
-        r["totals"]["macs"] = json!({"status": "partial", "value": null, "known_value": 0, "unit": "MACs"});
-        r["totals"]["dmas"] = json!({"status": "unavailable", "value": null, "known_value": null, "unit": "DMAs"});
-        r["diagnostics"] = json!([{"code": "x"}]);
+        let mut r = conv_json();
+        r["totals"]["macs"] =
+            json!({"status": "partial", "value": null, "known_value": 0, "unit": "MACs", "scope": "s", "method": "m"});
+        r["totals"]["dmas"] = json!({"status": "unavailable", "value": null, "known_value": null, "unit": "DMAs",
+            "scope": "s", "method": "m"});
+        r["diagnostics"] = json!([{"code": "x", "severity": "warning", "metric": "macs", "message": "m"}]);
+        let r = report(r);
         let table = format_info(&r, Wrap::Mid, true, false, None).unwrap();
         assert!(table.contains("Multiply-Accumulations: known 0.00 MACs"));
         assert!(table.contains("Direct memory accesses: unavailable"));
@@ -333,8 +350,13 @@ mod tests {
         assert_eq!(tree_name("conv1", 2), "|    └─conv1");
         assert_eq!(wrap_string("features.denseblock1.denselayer1", 20, Wrap::Mid), "fea[...].denselayer1");
         assert_eq!(wrap_string("abcdefghij", 8, Wrap::End), "abc[...]");
-        assert_eq!(shape_text(&json!({"kind": "tensor", "shape": [4]})), "(4,)");
-        assert_eq!(shape_text(&json!({"kind": "tuple", "items": [{"kind": "none"}]})), "(none)");
+        let meta = |v: Value| serde_json::from_value::<ValueMeta>(v).unwrap();
+        assert_eq!(shape_text(&meta(tensor(json!([4])))), "(4,)");
+        assert_eq!(shape_text(&meta(json!({"kind": "tuple", "items": [{"kind": "none"}]}))), "(none)");
+        let mapping = json!({"kind": "mapping", "type": "dict", "items": [
+            {"key": "a", "key_type": "str", "value": tensor(json!([2, 3]))},
+            {"key_type": "tuple", "value": {"kind": "scalar", "type": "int"}}]});
+        assert_eq!(shape_text(&meta(json!({"kind": "list", "items": [mapping]}))), "[{(2, 3), scalar}]");
         assert!(Wrap::parse(Some("start")).is_err());
     }
 

@@ -47,8 +47,9 @@ def describe_value(value: Any) -> dict[str, Any]:
         items = []
         for key, item in value.items():
             entry: dict[str, Any] = {}
-            # Keys are kept only when they cannot carry private text (paths, reprs).
-            if isinstance(key, int) or (isinstance(key, str) and key.isidentifier()):
+            # Keys are kept only when they cannot carry private text (paths, reprs), and integers
+            # only within 64 bits (the report model's range).
+            if (isinstance(key, int) and -(2**63) <= key < 2**64) or (isinstance(key, str) and key.isidentifier()):
                 entry["key"] = key
             entry["key_type"] = type(key).__name__
             entry["value"] = describe_value(item)

@@ -21,6 +21,7 @@ from torch import nn
 from . import _labels
 from ._metadata import describe_call, describe_value
 from ._native import ops
+from ._session import NativeSession
 from .errors import IncompleteAnalysisError
 from .modules._descriptors import describe, family, first_tensor
 from .report import AnalysisReport
@@ -85,11 +86,13 @@ def _analyse(
     flags = [(m, m.training) for _, m in named]
     # Full mode counts the operators of the same forward in a native session, which the core
     # finishes straight into the report (no FlopReport round trip through Python).
-    handle = ops.open_session(json.dumps({"torch_version": torch.__version__})) if mode == "full" else 0
+    session = NativeSession(json.dumps({"torch_version": torch.__version__}), labels=False) if mode == "full" else None
+    if session is not None:
+        session.start()
     try:
         try:
             module.eval()
-            recorder.attach(handle or None).install()
+            recorder.attach(session.handle if session is not None else None).install()
             with torch.no_grad():
                 module(*call_args, **call_kwargs)
         finally:
@@ -97,8 +100,8 @@ def _analyse(
             for m, flag in flags:
                 if m.training != flag:
                     m.training = flag
-            if handle:
-                ops.close_session(handle)
+            if session is not None:
+                session.stop()
         document = {
             "mode": mode,
             "context": context,
@@ -109,10 +112,15 @@ def _analyse(
             "torch_version": torch.__version__,
         }
         # The document is built here from plain lists and dicts: no cycles to check for.
-        result = json.loads(ops.analysis_report(handle, json.dumps(document, check_circular=False)))
+        text = json.dumps(document, check_circular=False)
+        if session is not None:
+            answer = session.end(lambda handle: ops.analysis_report(handle, text))
+        else:
+            answer = ops.analysis_report(0, text)
+        result = json.loads(answer)
     except BaseException:
-        if handle:
-            ops.discard_session(handle)
+        if session is not None:
+            session.abort()
         raise
     report: AnalysisReport = result["report"]
     if strict and result["incomplete"]:

@@ -16,8 +16,8 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import nn
 
-from ._labels import ModuleLabels
 from ._native import ops
+from ._session import NativeSession
 from .report import FlopReport
 
 __all__ = ["FlopCounter", "count_flops", "measure_flops"]
@@ -81,58 +81,33 @@ def measure_flops(
 
 
 class _Session:
-    """One native counting session on the current thread, with its module labels.
-
-    ``start`` opens the session and installs the labels; then exactly one of ``finish`` (the
-    FlopReport) or ``abort`` (nothing) ends it. Both remove the labels and leave no native
-    session behind, whatever raises. measure_flops and count_flops share this sequence.
-    """
+    """A counting session of measure_flops or count_flops: the shared native lifecycle
+    (``_session.py``) with this configuration's module labels and custom formulas."""
 
     def __init__(self, config: _Config) -> None:
-        self._config = config
-        self._handle = 0
-        self._labels: ModuleLabels | None = None
+        self._formulas = config.formulas
+        self._native = NativeSession(config.native, labels=True, roots=config.roots)
 
     def start(self) -> None:
-        self._handle = ops.open_session(self._config.native)
-        try:
-            self._labels = ModuleLabels(self._handle, self._config.roots)
-            self._labels.install()
-        except BaseException:
-            self.abort()
-            raise
+        self._native.start()
 
     def finish(self) -> str:
         """Stops counting and builds the report (its JSON; parsed by whoever reads it); custom
         formulas are priced only now, so that their own work is never counted as the
         workload's."""
-        formulas = self._config.formulas
+        if not self._formulas:
+            # Without custom formulas, closing and finishing are one native call.
+            return self._native.end(ops.end_session)
         try:
-            try:
-                self._remove_labels()
-            finally:
-                # Without custom formulas, closing and finishing are one native call.
-                ended = ops.close_session(self._handle) if formulas else ops.end_session(self._handle)
-            if formulas:
-                results = _price(json.loads(ended), formulas)
-                ended = ops.finish_session(self._handle, json.dumps(results))
-            report: str = ended
+            results = json.dumps(_price(json.loads(self._native.stop()), self._formulas))
         except BaseException:
-            ops.discard_session(self._handle)
+            self._native.abort()
             raise
-        return report
+        return self._native.end(lambda handle: ops.finish_session(handle, results))
 
     def abort(self) -> None:
         """Stops counting and frees the session without a report (the work raised)."""
-        try:
-            self._remove_labels()
-        finally:
-            ops.discard_session(self._handle)
-
-    def _remove_labels(self) -> None:
-        labels, self._labels = self._labels, None
-        if labels is not None:
-            labels.remove()
+        self._native.abort()
 
 
 class FlopCounter:

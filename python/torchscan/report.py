@@ -4,8 +4,8 @@ The native core emits these shapes as JSON; the types here describe them for typ
 readers. Every numeric metric carries a status: read `value` only when it is `complete`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TypedDict reads NotRequired[...] from evaluated
+# annotations, so that `__required_keys__` and `__optional_keys__` are right at runtime.
 from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
@@ -65,6 +65,9 @@ class FlopReport(TypedDict):
     by_module: dict[str, int]
     #: Module label -> whether its number is complete (additive to 0.2).
     by_module_status: dict[str, MetricStatus]
+    #: Module call -> FLOPs, for sessions that push call scopes (``torch.ops.torchscan.push_scope``);
+    #: crawl_module moves these into its layers.
+    by_call: NotRequired[dict[str, MetricResult]]
     #: Operator packet ("aten.mm") -> FLOPs of the counted operators (as in 0.2).
     by_operator: dict[str, int]
     #: Operator packet -> calls of the counted operators (additive).

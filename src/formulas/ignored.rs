@@ -22,6 +22,9 @@ pub enum Reason {
 }
 
 impl Reason {
+    pub const ALL: [Reason; 5] =
+        [Reason::View, Reason::DataMovement, Reason::Allocation, Reason::Creation, Reason::Metadata];
+
     pub fn name(self) -> &'static str {
         match self {
             Reason::View => "view",

@@ -73,10 +73,13 @@ def test_shared_definitions_are_identical_in_every_file():
     docs = {
         name: json.loads((resources.files("torchscan") / "schemas" / f"{name}.json").read_text()) for name in SCHEMAS
     }
-    for definition in ("MetricResult", "Diagnostic"):
-        assert docs["flop_report"]["$defs"][definition] == docs["analysis_report"]["$defs"][definition]
-        assert docs["flop_report"]["$defs"][definition] == docs["report_diff"]["$defs"][definition]
-    assert docs["flop_report"]["$defs"]["FlopReport"] == docs["analysis_report"]["$defs"]["FlopReport"]
+    shared = set(docs["flop_report"]["$defs"]) & set(docs["analysis_report"]["$defs"])
+    assert {"MetricResult", "Diagnostic", "Status"} <= shared
+    root = {k: v for k, v in docs["flop_report"].items() if k not in ("$schema", "$defs", "title", "description")}
+    assert root == {k: v for k, v in docs["analysis_report"]["$defs"]["FlopReport"].items() if k != "description"}
+    for first, second in [("flop_report", "analysis_report"), ("analysis_report", "report_diff")]:
+        for definition in set(docs[first]["$defs"]) & set(docs[second]["$defs"]):
+            assert docs[first]["$defs"][definition] == docs[second]["$defs"][definition], definition
 
 
 def test_measure_flops_reports_are_valid(validators):
@@ -235,3 +238,32 @@ def test_invalid_analysis_reports_are_rejected(validators, analysis, edit, path)
 def test_invalid_report_diffs_are_rejected(validators, analysis, edit, path):
     diff = torchscan.compare_reports(analysis["full"], analysis["wider"])
     assert_rejected(validators["report_diff"], broken(diff, edit), path)
+
+
+# TypedDict in torchscan.report -> (schema file, definition; None: the file's root).
+_TYPED = {
+    "MetricResult": ("flop_report", "MetricResult"),
+    "Diagnostic": ("flop_report", "Diagnostic"),
+    "FlopContext": ("flop_report", "FlopContext"),
+    "IgnoredOperator": ("flop_report", "IgnoredCount"),
+    "FlopReport": ("flop_report", None),
+    "LayerReport": ("analysis_report", "Layer"),
+    "AnalysisReport": ("analysis_report", None),
+    "MetricDiff": ("report_diff", "MetricDiff"),
+    "LayerSnapshot": ("report_diff", "LayerSnapshot"),
+    "LayerDiff": ("report_diff", "LayerDiff"),
+    "LayerChanges": ("report_diff", "LayerChanges"),
+    "ReportDiff": ("report_diff", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TYPED))
+def test_the_python_types_have_the_generated_schemas_keys(name):
+    """torchscan.report's TypedDicts and the schemas generated from the core's report model
+    name the same required and optional keys (so neither can drift from the other)."""
+    typed = getattr(torchscan.report, name)
+    file, definition = _TYPED[name]
+    schema = json.loads((resources.files("torchscan") / "schemas" / f"{file}.json").read_text())
+    node = schema if definition is None else schema["$defs"][definition]
+    assert set(typed.__required_keys__) == set(node["required"])
+    assert set(typed.__optional_keys__) == set(node["properties"]) - set(node["required"])

@@ -1,0 +1,276 @@
+//! The AnalysisReport: what `crawl_module`, `summary` and `torchscan MODEL --json` report. Python
+//! describes the call values and the context; the core decides every metric, status and total.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::flop::{Diagnostic, FlopReport};
+use super::metric::Metric;
+use super::ordered::OrderedMap;
+
+/// The report of torchscan.crawl_module and summary, as `torchscan --json` writes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisReport {
+    #[schemars(extend("const" = 1))]
+    pub schema_version: u32,
+    pub context: AnalysisContext,
+    pub inputs: Inputs,
+    /// One record per module call, in call order.
+    pub layers: Vec<Layer>,
+    /// The operator FLOPs of the same forward (nothing counted in structure mode).
+    pub operator_flops: FlopReport,
+    pub totals: Totals,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisContext {
+    #[schemars(length(min = 1))]
+    pub torchscan_version: String,
+    #[schemars(length(min = 1))]
+    pub torch_version: String,
+    #[schemars(length(min = 1))]
+    pub python_version: String,
+    /// The model's class, `module.QualifiedName`.
+    #[schemars(length(min = 1))]
+    pub model_type: String,
+    pub execution_mode: ExecutionMode,
+    /// The model's `training` flag before the analysis (which restores it).
+    pub training_before: bool,
+    /// The devices of the parameters and buffers, sorted.
+    #[schemars(extend("uniqueItems" = true))]
+    pub devices: Vec<String>,
+    /// The dtypes of the parameters and buffers, sorted.
+    #[schemars(extend("uniqueItems" = true))]
+    pub dtypes: Vec<String>,
+    /// Present in structure mode only.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "AnalysisMode")]
+    pub analysis_mode: Option<AnalysisMode>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ExecutionMode {
+    /// One forward pass in `eval()` mode under `torch.no_grad()`.
+    #[serde(rename = "evaluation_no_grad")]
+    EvaluationNoGrad,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AnalysisMode {
+    /// Shapes and parameters only: no FLOPs counted.
+    Structure,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InputSource {
+    /// Built from `input_shape` and `dtype`.
+    Generated,
+    /// The caller's `args`/`kwargs`.
+    Provided,
+}
+
+/// The model's inputs, described (never their values).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Inputs {
+    pub source: InputSource,
+    pub args: Vec<ValueMeta>,
+    pub kwargs: OrderedMap<ValueMeta>,
+}
+
+/// The positional and keyword arguments of one call, described.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallMeta {
+    pub args: Vec<ValueMeta>,
+    pub kwargs: OrderedMap<ValueMeta>,
+}
+
+/// One value of a call, described by kind: shapes, dtypes and type names, never values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ValueMeta {
+    Tensor {
+        shape: Vec<u64>,
+        #[schemars(regex(pattern = r"^torch\."))]
+        dtype: String,
+        #[schemars(length(min = 1))]
+        device: String,
+        requires_grad: bool,
+    },
+    None,
+    Tuple {
+        items: Vec<ValueMeta>,
+    },
+    List {
+        items: Vec<ValueMeta>,
+    },
+    Mapping {
+        #[serde(rename = "type")]
+        #[schemars(length(min = 1))]
+        type_name: String,
+        items: Vec<MappingItem>,
+    },
+    Scalar {
+        #[serde(rename = "type")]
+        #[schemars(length(min = 1))]
+        type_name: String,
+    },
+    Object {
+        #[serde(rename = "type")]
+        #[schemars(length(min = 1))]
+        type_name: String,
+    },
+}
+
+/// One entry of a mapping. The key is kept only for integer and identifier keys (which cannot
+/// carry private text such as paths).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MappingItem {
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "MappingKey")]
+    pub key: Option<MappingKey>,
+    #[schemars(length(min = 1))]
+    pub key_type: String,
+    pub value: ValueMeta,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum MappingKey {
+    /// Python's `True`/`False` (a bool is an int there).
+    Bool(bool),
+    Int(i64),
+    Unsigned(u64),
+    Text(String),
+}
+
+/// One module call, in call order; its identity is `(path, call_index)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    /// The module's dotted path (`''` for the root).
+    pub path: String,
+    /// Which call of this module (from 0).
+    pub call_index: u64,
+    #[schemars(length(min = 1))]
+    pub name: String,
+    pub depth: u64,
+    #[serde(rename = "type")]
+    #[schemars(length(min = 1))]
+    pub type_name: String,
+    pub input: CallMeta,
+    pub output: ValueMeta,
+    pub parameters: Parameters,
+    pub buffers: Buffers,
+    pub metrics: LayerMetrics,
+}
+
+/// Parameters a layer call counts first (`shared`: some were counted by an earlier call).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Parameters {
+    pub trainable: u64,
+    pub frozen: u64,
+    pub bytes: u64,
+    pub shared: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Buffers {
+    pub elements: u64,
+    pub bytes: u64,
+    pub shared: bool,
+}
+
+/// A layer call's metrics. Every call has `calls`; full mode adds `operator_flops`, and a leaf
+/// module (one that module formulas price) the module-formula metrics.
+// The fields are in alphabetical order, the order reports have always been written in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayerMetrics {
+    pub calls: Metric,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub dmas: Option<Metric>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub effective_padding: Option<Metric>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub effective_stride: Option<Metric>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub macs: Option<Metric>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub module_flops: Option<Metric>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub operator_flops: Option<Metric>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub receptive_field: Option<Metric>,
+}
+
+impl LayerMetrics {
+    /// `(name, metric)` of the metrics present, in report order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Metric)> {
+        [
+            ("calls", Some(&self.calls)),
+            ("dmas", self.dmas.as_ref()),
+            ("effective_padding", self.effective_padding.as_ref()),
+            ("effective_stride", self.effective_stride.as_ref()),
+            ("macs", self.macs.as_ref()),
+            ("module_flops", self.module_flops.as_ref()),
+            ("operator_flops", self.operator_flops.as_ref()),
+            ("receptive_field", self.receptive_field.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(name, metric)| metric.map(|m| (name, m)))
+    }
+}
+
+/// The model's totals: parameters and buffers (`model`), module formulas summed over the layer
+/// calls and operator FLOPs (`forward`).
+// The fields are in alphabetical order, the order reports have always been written in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Totals {
+    pub buffer_bytes: Metric,
+    pub buffer_elements: Metric,
+    pub dmas: Metric,
+    pub frozen_parameters: Metric,
+    pub macs: Metric,
+    pub module_flops: Metric,
+    pub operator_flops: Metric,
+    pub parameter_bytes: Metric,
+    pub parameters: Metric,
+    pub trainable_parameters: Metric,
+}
+
+impl Totals {
+    /// `(name, metric)` of every total, in report order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Metric)> {
+        [
+            ("buffer_bytes", &self.buffer_bytes),
+            ("buffer_elements", &self.buffer_elements),
+            ("dmas", &self.dmas),
+            ("frozen_parameters", &self.frozen_parameters),
+            ("macs", &self.macs),
+            ("module_flops", &self.module_flops),
+            ("operator_flops", &self.operator_flops),
+            ("parameter_bytes", &self.parameter_bytes),
+            ("parameters", &self.parameters),
+            ("trainable_parameters", &self.trainable_parameters),
+        ]
+        .into_iter()
+    }
+}
