@@ -13,7 +13,8 @@ pub fn markdown() -> String {
         "# Operator formulas\n\n\
          Generated from the registry (`src/formulas/mod.rs` and `src/formulas/ignored.rs`) by \
          `make docs`; a test fails when this page and the registry disagree.\n\n\
-         A row covers every overload of the operator. An operator that has a kernel of its own and \
+         A row covers every overload of the operator, and an in-place variant without a row of its \
+         own (`aten.cos_`) takes its functional form's (`aten.cos`). An operator that has a kernel of its own and \
          appears nowhere on this page is *uncounted*: the total becomes `partial` and a diagnostic \
          names it. Composite operators (no kernel of their own) are never listed: their nested \
          operators are counted. Sources: PyTorch's `FlopCounterMode` formulas where it has them \

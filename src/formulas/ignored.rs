@@ -63,6 +63,7 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
         "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
         "aten::contiguous", "aten::im2col", "aten::masked_scatter", "aten::int_repr", "aten::_pin_memory",
+        "aten::masked_select", "aten::nonzero", "aten::max_unpool2d", "aten::max_unpool3d",
     ],
     Allocation: [
         "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
@@ -74,7 +75,7 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::fill_", "aten::zero_", "aten::new_zeros", "aten::new_ones", "aten::new_full",
         "aten::scalar_tensor", "aten::arange", "aten::normal_", "aten::uniform_", "aten::random_",
         "aten::randn", "aten::rand", "aten::bernoulli", "aten::bernoulli_", "aten::randint", "aten::randperm",
-        "aten::linspace", "aten::eye",
+        "aten::linspace", "aten::eye", "aten::index_fill", "aten::index_fill_",
     ],
     Metadata: [
         "aten::size", "aten::stride", "aten::_local_scalar_dense", "aten::is_same_size", "aten::q_scale",

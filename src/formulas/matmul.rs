@@ -67,6 +67,30 @@ fn batched_product(args: &Args, left: usize, right: usize) -> Result<u64, Formul
     mul_all(&[2, dim(&a, 0)?, dim(&a, 1)?, dim(&a, 2)?, dim(&b, 2)?])
 }
 
+/// Pairs times features of `cdist(x1 [..., P, M], x2 [..., R, M])`: `batch x P x R x M`.
+fn pair_features(args: &Args, x1: usize, x2: usize) -> Result<u64, FormulaError> {
+    let (a, b) = (require_tensor(args, x1)?, require_tensor(args, x2)?);
+    let rank = a.dims.len();
+    if rank < 2 || b.dims.len() != rank {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let batch = super::product(&a.dims[..rank - 2])?;
+    mul_all(&[batch, dim(&a, rank - 2)?, dim(&b, rank - 2)?, dim(&a, rank - 1)?])
+}
+
+/// `_cdist_forward(x1, x2, p, compute_mode)`: per pair and feature a difference, its power (or
+/// absolute value) and an accumulation, 3 FLOPs (the per-pair root is not counted). The
+/// matrix-product form for large Euclidean inputs is a composite: its `mm` counts instead.
+pub fn cdist(args: &Args) -> Result<u64, FormulaError> {
+    mul_all(&[3, pair_features(args, 0, 1)?])
+}
+
+/// `_cdist_backward(grad, x1, x2, p, cdist)`: per pair and feature a difference, its
+/// derivative, the gradient's scale and an accumulation, 4 FLOPs.
+pub fn cdist_backward(args: &Args) -> Result<u64, FormulaError> {
+    mul_all(&[4, pair_features(args, 1, 2)?])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +230,36 @@ mod tests {
             mm,
         );
         assert_eq!(f, Err(FormulaError::Overflow));
+    }
+
+    #[test]
+    fn pairwise_distances() {
+        // x1 [5, 4], x2 [6, 4]: 30 pairs x 4 features x 3 = 360; backward x 4 = 480.
+        let forward = with_args(
+            |s| {
+                tensor(s, &[5, 4]);
+                tensor(s, &[6, 4]);
+                double(s, 2.0);
+            },
+            cdist,
+        );
+        assert_eq!(forward, Ok(360));
+        let backward = with_args(
+            |s| {
+                tensor(s, &[5, 6]);
+                tensor(s, &[5, 4]);
+                tensor(s, &[6, 4]);
+            },
+            cdist_backward,
+        );
+        assert_eq!(backward, Ok(480));
+        let unmatched = with_args(
+            |s| {
+                tensor(s, &[2, 5, 4]);
+                tensor(s, &[6, 4]);
+            },
+            cdist,
+        );
+        assert_eq!(unmatched, Err(FormulaError::UnexpectedShape));
     }
 }

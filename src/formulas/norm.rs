@@ -77,6 +77,32 @@ pub fn group_norm_backward(args: &Args) -> Result<u64, FormulaError> {
     numel_times(1, args, 2 * per_element(true, has_tensor(args, 4)))
 }
 
+/// `_fused_rms_norm(input, normalized_shape, weight, eps)`: the mean square and the scaling, 3
+/// FLOPs per element (a square, an add and a multiply), 4 with a weight; no mean is removed,
+/// so one fewer than layer normalization's statistics.
+pub fn rms_norm(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(0, args, 3 + u64::from(has_tensor(args, 2)))
+}
+
+/// `_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask)`:
+/// twice the forward.
+pub fn rms_norm_backward(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(1, args, 2 * (3 + u64::from(has_tensor(args, 4))))
+}
+
+/// `_weight_norm_interface(v, g, dim)`: `v`'s norms (a square and an add per element) and
+/// `w = v g / |v|` (a multiply per element; the per-row divisions are not counted): 3 per
+/// element of `v`.
+pub fn weight_norm(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(0, args, 3)
+}
+
+/// `_weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim)`: twice the
+/// forward.
+pub fn weight_norm_backward(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(1, args, 6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,5 +270,48 @@ mod tests {
             group_norm_backward,
         );
         assert_eq!(backward, Ok(480));
+    }
+
+    #[test]
+    fn rms_and_weight_norm() {
+        use crate::args::build::*;
+        use crate::formulas::testing::with_args;
+        // RMSNorm(6) on [4, 6] with a weight: 24 x 4 = 96; without: 72; backward 2x.
+        let rms = |weighted: bool| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 6]);
+                    ints(s, &[6]);
+                    if weighted {
+                        tensor(s, &[6])
+                    } else {
+                        none(s)
+                    }
+                },
+                rms_norm,
+            )
+        };
+        assert_eq!((rms(true), rms(false)), (Ok(96), Ok(72)));
+        let backward = with_args(
+            |s| {
+                tensor(s, &[4, 6]);
+                tensor(s, &[4, 6]);
+                ints(s, &[6]);
+                tensor(s, &[4, 1]);
+                tensor(s, &[6]);
+            },
+            rms_norm_backward,
+        );
+        assert_eq!(backward, Ok(192));
+        // weight_norm on v [4, 5]: 20 x 3 = 60; backward 120.
+        assert_eq!(with_args(|s| tensor(s, &[4, 5]), weight_norm), Ok(60));
+        let wn_backward = with_args(
+            |s| {
+                tensor(s, &[4, 5]);
+                tensor(s, &[4, 5]);
+            },
+            weight_norm_backward,
+        );
+        assert_eq!(wn_backward, Ok(120));
     }
 }

@@ -7,6 +7,11 @@ use super::{add, mul, require_tensor, FormulaError};
 use crate::args::{Arg, Args};
 
 /// Elements of the broadcast of all tensor arguments (`torch.broadcast_shapes`).
+///
+/// A kernel that writes into an `out=` tensor it has not resized yet (ATen's `*_out` kernels
+/// called from another kernel, `at::empty({0})` then `neg_out(output, input)`) shows that
+/// placeholder among its arguments: a call that ran, whose shapes do not broadcast, and that has
+/// an empty tensor, is priced without its empty tensors.
 pub fn broadcast_numel(args: &Args) -> Result<u64, FormulaError> {
     // The common case first: every tensor of one shape (no broadcasting).
     let mut tensors = args.tensors();
@@ -14,11 +19,19 @@ pub fn broadcast_numel(args: &Args) -> Result<u64, FormulaError> {
     if tensors.all(|t| t.dims == first.dims) && first.dims.iter().all(|&d| d >= 0) {
         return first.dims.iter().try_fold(1u64, |total, &d| mul(total, d as u64));
     }
-    let rank = args.tensors().map(|t| t.dims.len()).max().ok_or(FormulaError::MissingTensor(0))?;
+    match broadcast_of(args, false) {
+        Err(FormulaError::UnexpectedShape) if args.tensors().any(|t| t.numel() == Some(0)) => broadcast_of(args, true),
+        other => other,
+    }
+}
+
+fn broadcast_of(args: &Args, skip_empty: bool) -> Result<u64, FormulaError> {
+    let shapes = || args.tensors().filter(move |t| !(skip_empty && t.numel() == Some(0)));
+    let rank = shapes().map(|t| t.dims.len()).max().ok_or(FormulaError::UnexpectedShape)?;
     let mut total = 1u64;
     for from_end in 1..=rank {
         let mut size: i64 = 1;
-        for t in args.tensors() {
+        for t in shapes() {
             let Some(i) = t.dims.len().checked_sub(from_end) else { continue };
             let d = t.dims[i];
             if d < 0 {
@@ -46,6 +59,12 @@ pub fn per_element<const K: u64>(args: &Args) -> Result<u64, FormulaError> {
     mul(broadcast_numel(args)?, K)
 }
 
+/// `K` FLOPs per element of tensor argument `I`: for kernels whose other tensors do not
+/// broadcast against it (`_prelu_kernel`'s per-channel weight, `glu`'s halves).
+pub fn per_tensor_element<const I: usize, const K: u64>(args: &Args) -> Result<u64, FormulaError> {
+    mul(require_tensor(args, I)?.numel().ok_or(FormulaError::Overflow)?, K)
+}
+
 /// `K` FLOPs per element of the first tensor list (`_foreach_*` kernels: one pointwise
 /// operation per list entry; the other lists and scalars match the first list's shapes).
 pub fn foreach<const K: u64>(args: &Args) -> Result<u64, FormulaError> {
@@ -55,6 +74,54 @@ pub fn foreach<const K: u64>(args: &Args) -> Result<u64, FormulaError> {
         total = add(total, t.numel().ok_or(FormulaError::Overflow)?)?;
     }
     mul(total, K)
+}
+
+fn scalar(args: &Args, index: usize) -> Option<f64> {
+    match args.get(index)? {
+        Arg::Double(v) => Some(v),
+        Arg::Int(v) => Some(v as f64),
+        _ => None,
+    }
+}
+
+fn flag(args: &Args, index: usize) -> u64 {
+    u64::from(args.bool(index).unwrap_or(false))
+}
+
+fn has_tensor(args: &Args, index: usize) -> u64 {
+    u64::from(matches!(args.get(index), Some(Arg::Tensor(_))))
+}
+
+/// Elements of the first tensor list (the parameters of a fused optimizer step).
+fn list_elements(args: &Args) -> Result<u64, FormulaError> {
+    let mut tensors = args.list_tensors(0).ok_or(FormulaError::MissingArgument(0))?;
+    tensors.try_fold(0u64, |total, t| add(total, t.numel().ok_or(FormulaError::Overflow)?))
+}
+
+/// `_fused_adam_` / `_fused_adamw_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+/// state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)`:
+/// per parameter element, the arithmetic of the same step with `foreach=True` (13: the two
+/// moment updates 3 + 4, the bias-corrected denominator 3, the update 3), +1 with weight decay,
+/// +1 with amsgrad (the running maximum), +1 to maximize (the negated gradient), +1 with a
+/// gradient scale (unscaling).
+pub fn fused_adam(args: &Args) -> Result<u64, FormulaError> {
+    let decay = u64::from(scalar(args, 9).unwrap_or(0.0) != 0.0);
+    let per = 13 + decay + flag(args, 11) + flag(args, 12) + has_tensor(args, 13);
+    mul(list_elements(args)?, per)
+}
+
+/// `_fused_sgd_(self, grads, momentum_buffer_list, weight_decay, momentum, lr, dampening,
+/// nesterov, maximize, is_first_step, grad_scale, found_inf)`: per parameter element, the
+/// arithmetic of the same step with `foreach=True`: the update 1, the momentum buffer 2 (none on
+/// the first step, which copies the gradient), +1 with weight decay, +1 for Nesterov, +1 to
+/// maximize, +1 with a gradient scale.
+pub fn fused_sgd(args: &Args) -> Result<u64, FormulaError> {
+    let momentum = scalar(args, 4).unwrap_or(0.0) != 0.0;
+    let buffer = if momentum && !args.bool(9).unwrap_or(false) { 2 } else { 0 };
+    let decay = u64::from(scalar(args, 3).unwrap_or(0.0) != 0.0);
+    let nesterov = if momentum { flag(args, 7) } else { 0 };
+    let per = 1 + buffer + decay + nesterov + flag(args, 8) + has_tensor(args, 10);
+    mul(list_elements(args)?, per)
 }
 
 /// `max`/`min`: the `other` overload is elementwise (1 per broadcast element), the others
@@ -129,6 +196,41 @@ mod tests {
             ),
             Ok(18)
         );
+    }
+
+    #[test]
+    fn unresized_out_placeholders_are_left_out() {
+        // neg_out(out=[0], self=[4,6]) called inside soft_margin_loss: 24 elements negated.
+        let f = |out: &[i64]| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 6]);
+                    tensor(s, out);
+                },
+                one_per_element,
+            )
+        };
+        assert_eq!(f(&[0]), Ok(24));
+        // A broadcastable empty tensor is a real operand: nothing to compute.
+        assert_eq!(f(&[0, 4, 6]), Ok(0));
+        assert_eq!(f(&[0, 6]), Ok(24), "an [0, 6] operand could not have run against [4, 6]: a placeholder");
+        // Shapes that do not broadcast, with no empty placeholder, stay an error.
+        assert_eq!(f(&[5]), Err(FormulaError::UnexpectedShape));
+    }
+
+    #[test]
+    fn per_element_of_one_tensor() {
+        // _prelu_kernel_backward(grad [2,3,4,4], self [2,3,4,4], weight [3]): 2 x 96.
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 3, 4, 4]);
+                tensor(s, &[2, 3, 4, 4]);
+                tensor(s, &[3]);
+            },
+            per_tensor_element::<1, 2>,
+        );
+        assert_eq!(f, Ok(192));
+        assert_eq!(with_args(|s| tensor(s, &[2]), per_tensor_element::<1, 1>), Err(FormulaError::MissingTensor(1)));
     }
 
     #[test]
@@ -215,5 +317,57 @@ mod tests {
             elementwise_or_reduction,
         );
         assert_eq!(bad, Err(FormulaError::UnexpectedShape));
+    }
+
+    /// The lists of a fused optimizer step over parameters [10, 10] and [10]: 110 elements.
+    fn optimizer_lists(s: &mut Vec<i64>, lists: usize) {
+        for _ in 0..lists {
+            tensors(s, &[&[10, 10], &[10]]);
+        }
+    }
+
+    #[test]
+    fn fused_adam_counts_what_the_foreach_step_does() {
+        let adam = |decay: f64, amsgrad: bool, maximize: bool| {
+            with_args(
+                |s| {
+                    optimizer_lists(s, 6);
+                    for v in [1e-3, 0.9, 0.999, decay, 1e-8] {
+                        double(s, v);
+                    }
+                    boolean(s, amsgrad);
+                    boolean(s, maximize);
+                    none(s);
+                    none(s);
+                },
+                fused_adam,
+            )
+        };
+        assert_eq!(adam(0.0, false, false), Ok(110 * 13));
+        assert_eq!(adam(0.01, false, false), Ok(110 * 14));
+        assert_eq!(adam(0.01, true, true), Ok(110 * 16));
+    }
+
+    #[test]
+    fn fused_sgd_counts_what_the_foreach_step_does() {
+        let sgd = |decay: f64, momentum: f64, nesterov: bool, first: bool| {
+            with_args(
+                |s| {
+                    optimizer_lists(s, 3);
+                    for v in [decay, momentum, 0.1, 0.0] {
+                        double(s, v);
+                    }
+                    boolean(s, nesterov);
+                    boolean(s, false);
+                    boolean(s, first);
+                    none(s);
+                },
+                fused_sgd,
+            )
+        };
+        assert_eq!(sgd(0.0, 0.0, false, false), Ok(110));
+        assert_eq!(sgd(0.0, 0.9, false, false), Ok(330));
+        assert_eq!(sgd(0.0, 0.9, false, true), Ok(110), "the first step copies the gradient into the buffer");
+        assert_eq!(sgd(1e-4, 0.9, true, false), Ok(550));
     }
 }

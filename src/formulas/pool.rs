@@ -80,6 +80,19 @@ pub fn max_pool<const N: usize>(args: &Args) -> Result<u64, FormulaError> {
     mul(outputs, window)
 }
 
+/// `fractional_max_poolNd(self, kernel_size, output_size, random_samples)`: output elements x
+/// window size, as the other max pools.
+pub fn fractional_max_pool<const N: usize>(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let leading = input.dims.len().checked_sub(N).ok_or(FormulaError::UnexpectedShape)?;
+    let kernel = args.int_list(1).ok_or(FormulaError::MissingArgument(1))?;
+    let output = args.int_list(2).ok_or(FormulaError::MissingArgument(2))?;
+    if kernel.len() != N || output.len() != N {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    mul(mul(product(&input.dims[..leading])?, product(output)?)?, product(kernel)?)
+}
+
 /// `avg_poolNd(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)`.
 pub fn avg_pool<const N: usize>(args: &Args) -> Result<u64, FormulaError> {
     let (outputs, window) = windowed_output::<N>(args, None, 4)?;
@@ -249,5 +262,20 @@ mod tests {
             adaptive_avg_pool_backward::<2>,
         );
         assert_eq!(f, Ok(98));
+    }
+
+    #[test]
+    fn fractional_max_pool_counts_its_windows() {
+        // [1, 2, 8, 8] -> 3x3 outputs with 2x2 windows: 2 x 9 x 4 = 72.
+        let f = with_args(
+            |s| {
+                tensor(s, &[1, 2, 8, 8]);
+                ints(s, &[2, 2]);
+                ints(s, &[3, 3]);
+                tensor(s, &[1, 2, 2]);
+            },
+            fractional_max_pool::<2>,
+        );
+        assert_eq!(f, Ok(72));
     }
 }

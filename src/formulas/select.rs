@@ -1,0 +1,323 @@
+//! Sorting, selection, histograms and scattered accumulation: work that depends on the data as
+//! well as the shapes. Each formula counts from the input shapes alone, by a stated convention:
+//!
+//! - `sort` (and `_unique2`, which sorts): `n ceil(log2 n)` comparisons per sorted row of `n`
+//!   elements, the worst case of a comparison sort (`_unique2` adds `n` for the adjacent
+//!   comparisons);
+//! - `topk`: `n ceil(log2(k + 1))` comparisons per row: every element is compared with a heap of
+//!   `k` and sifted down at most its height;
+//! - `kthvalue`, `median`: `n` comparisons per row (one selection pass; the reduction convention);
+//! - `histc`: 3 per element (the bin index: a subtract and a scale; the count's increment), + 2
+//!   when `min == max` (the data's own minimum and maximum are computed first);
+//! - scattered accumulation (`scatter_add`, `scatter_reduce`, `scatter` with `reduce`,
+//!   `index_add`, `_embedding_bag` and its gradients): 1 per element accumulated (+1 for a
+//!   multiply: `index_add`'s `alpha`, per-sample weights); a plain `scatter` is a copy (0).
+
+use super::{add, dim, mul, require_tensor, FormulaError};
+use crate::args::{Arg, Args};
+
+/// `(rows, n)` of a tensor reduced or sorted along `dim` (negative counts from the end).
+fn rows_along(args: &Args, tensor: usize, along: i64) -> Result<(u64, u64), FormulaError> {
+    let t = require_tensor(args, tensor)?;
+    let numel = t.numel().ok_or(FormulaError::Overflow)?;
+    if t.dims.is_empty() {
+        return Ok((1, numel));
+    }
+    let rank = t.dims.len() as i64;
+    let index = if along < 0 { along + rank } else { along };
+    let n = usize::try_from(index).ok().filter(|&i| i < t.dims.len()).ok_or(FormulaError::UnexpectedShape)?;
+    let n = dim(&t, n)?;
+    Ok((numel.checked_div(n).unwrap_or(0), n))
+}
+
+/// `ceil(log2(n))` for `n >= 1` (0 for 1).
+fn ceil_log2(n: u64) -> u64 {
+    if n <= 1 {
+        0
+    } else {
+        u64::from(64 - (n - 1).leading_zeros())
+    }
+}
+
+/// `n ceil(log2 n)` comparisons for each of `rows` rows.
+fn sorted_rows(rows: u64, n: u64) -> Result<u64, FormulaError> {
+    mul(rows, mul(n, ceil_log2(n))?)
+}
+
+/// `sort(self, dim, descending)` and `sort.stable(self, stable, dim, descending)`.
+pub fn sort(args: &Args) -> Result<u64, FormulaError> {
+    // The stable overload has `stable` (a bool or None) where the other has `dim`.
+    let along = match args.get(1) {
+        Some(Arg::Int(d)) => d,
+        _ => args.int(2).unwrap_or(-1),
+    };
+    let (rows, n) = rows_along(args, 0, along)?;
+    sorted_rows(rows, n)
+}
+
+/// `topk(self, k, dim, largest, sorted)`.
+pub fn topk(args: &Args) -> Result<u64, FormulaError> {
+    let k = u64::try_from(args.int(1).ok_or(FormulaError::MissingArgument(1))?)
+        .map_err(|_| FormulaError::UnexpectedShape)?;
+    let (rows, n) = rows_along(args, 0, args.int(2).unwrap_or(-1))?;
+    mul(rows, mul(n, ceil_log2(k.saturating_add(1)).max(1))?)
+}
+
+/// `kthvalue(self, k, dim, keepdim)`.
+pub fn kthvalue(args: &Args) -> Result<u64, FormulaError> {
+    let (rows, n) = rows_along(args, 0, args.int(2).unwrap_or(-1))?;
+    mul(rows, n)
+}
+
+/// `median(self)` (all elements) and `median.dim(self, dim, keepdim)`: `n` per row, which is
+/// every element once either way.
+pub fn median(args: &Args) -> Result<u64, FormulaError> {
+    require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)
+}
+
+/// `_unique2(self, sorted, return_inverse, return_counts)`: the flattened input sorted, then
+/// each element compared with its neighbour.
+pub fn unique(args: &Args) -> Result<u64, FormulaError> {
+    let n = require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?;
+    add(sorted_rows(1, n)?, n)
+}
+
+fn scalar(args: &Args, index: usize) -> Option<f64> {
+    match args.get(index)? {
+        Arg::Double(v) => Some(v),
+        Arg::Int(v) => Some(v as f64),
+        _ => None,
+    }
+}
+
+/// `histc(self, bins, min, max)`.
+pub fn histc(args: &Args) -> Result<u64, FormulaError> {
+    let n = require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?;
+    let (low, high) = (scalar(args, 2).unwrap_or(0.0), scalar(args, 3).unwrap_or(0.0));
+    mul(n, if low == high { 5 } else { 3 })
+}
+
+/// `scatter_add(self, dim, index, src)` and `scatter_reduce.two(self, dim, index, src, reduce,
+/// include_self)`: one per index element (the mean's final division is not counted).
+pub fn scatter_accumulate(args: &Args) -> Result<u64, FormulaError> {
+    require_tensor(args, 2)?.numel().ok_or(FormulaError::Overflow)
+}
+
+/// `scatter(self, dim, index, src | value)`: a copy (0); with `reduce` (a string where the
+/// other overloads have nothing or `out`), one per index element.
+pub fn scatter(args: &Args) -> Result<u64, FormulaError> {
+    match args.get(4) {
+        Some(Arg::Other) => scatter_accumulate(args),
+        _ => Ok(0),
+    }
+}
+
+/// `index_add(self, dim, index, source, alpha)`: one add per `source` element, and a multiply
+/// when `alpha` is not 1.
+pub fn index_add(args: &Args) -> Result<u64, FormulaError> {
+    let n = require_tensor(args, 3)?.numel().ok_or(FormulaError::Overflow)?;
+    mul(n, if scalar(args, 4).unwrap_or(1.0) == 1.0 { 1 } else { 2 })
+}
+
+/// Elements gathered into bags: `indices` x the embedding width `width`, doubled when the
+/// argument `weights` holds per-sample weights (a multiply each).
+fn bagged(args: &Args, indices: usize, width: u64, weights: usize) -> Result<u64, FormulaError> {
+    let n = mul(require_tensor(args, indices)?.numel().ok_or(FormulaError::Overflow)?, width)?;
+    mul(n, if matches!(args.get(weights), Some(Arg::Tensor(_))) { 2 } else { 1 })
+}
+
+/// `_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+/// per_sample_weights, ...)` (and `_embedding_bag_forward_only`): every looked-up row
+/// accumulated into its bag (sum, mean or max alike).
+pub fn embedding_bag(args: &Args) -> Result<u64, FormulaError> {
+    let width = dim(&require_tensor(args, 0)?, 1)?;
+    bagged(args, 1, width, 6)
+}
+
+/// `_embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+/// num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, ...)`: every looked-up row
+/// receives its bag's gradient.
+pub fn embedding_bag_backward(args: &Args) -> Result<u64, FormulaError> {
+    let width = dim(&require_tensor(args, 0)?, 1)?;
+    bagged(args, 1, width, 10)
+}
+
+/// `_embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
+/// num_weights, scale_grad_by_freq, mode, per_sample_weights, ...)`.
+pub fn embedding_bag_dense_backward(args: &Args) -> Result<u64, FormulaError> {
+    let width = dim(&require_tensor(args, 0)?, 1)?;
+    bagged(args, 1, width, 8)
+}
+
+/// `trace(self)`: the diagonal's `min(rows, columns)` elements added.
+pub fn trace(args: &Args) -> Result<u64, FormulaError> {
+    let t = require_tensor(args, 0)?;
+    if t.dims.len() != 2 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    Ok(dim(&t, 0)?.min(dim(&t, 1)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::build::*;
+    use crate::formulas::testing::with_args;
+
+    #[test]
+    fn sorting_and_selection() {
+        assert_eq!((ceil_log2(1), ceil_log2(2), ceil_log2(50), ceil_log2(64), ceil_log2(65)), (0, 1, 6, 6, 7));
+        // sort([4, 50], dim=-1): 4 rows x 50 x 6 = 1200; the stable overload reads dim after `stable`.
+        let sort_of = |stable: bool| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 50]);
+                    if stable {
+                        boolean(s, true);
+                    }
+                    int(s, -1);
+                    boolean(s, false);
+                },
+                sort,
+            )
+        };
+        assert_eq!(sort_of(false), Ok(1200));
+        assert_eq!(sort_of(true), Ok(1200));
+        // sort([4, 50], dim=0): 50 rows of 4: 50 x 4 x 2 = 400.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[4, 50]);
+                    int(s, 0);
+                },
+                sort
+            ),
+            Ok(400)
+        );
+        // topk(k=5) on [4, 50]: 4 x 50 x ceil(log2 6) = 600; k=1: 4 x 50 x 1 = 200.
+        let topk_of = |k: i64| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 50]);
+                    int(s, k);
+                    int(s, -1);
+                },
+                topk,
+            )
+        };
+        assert_eq!(topk_of(5), Ok(600));
+        assert_eq!(topk_of(1), Ok(200));
+        // kthvalue and median: every element once.
+        let kth = with_args(
+            |s| {
+                tensor(s, &[4, 7]);
+                int(s, 2);
+                int(s, 1);
+            },
+            kthvalue,
+        );
+        assert_eq!(kth, Ok(28));
+        assert_eq!(with_args(|s| tensor(s, &[4, 7]), median), Ok(28));
+        // _unique2 on 20 elements: 20 x 5 + 20 = 120.
+        assert_eq!(with_args(|s| tensor(s, &[20]), unique), Ok(120));
+        // A dim outside the tensor is an error, not a guess.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[4]);
+                    int(s, 3);
+                },
+                sort
+            ),
+            Err(FormulaError::UnexpectedShape)
+        );
+    }
+
+    #[test]
+    fn histograms() {
+        let histc_of = |low: f64, high: f64| {
+            with_args(
+                |s| {
+                    tensor(s, &[100]);
+                    int(s, 10);
+                    double(s, low);
+                    double(s, high);
+                },
+                histc,
+            )
+        };
+        assert_eq!(histc_of(0.0, 1.0), Ok(300));
+        assert_eq!(histc_of(0.0, 0.0), Ok(500), "min == max: the data's range is computed first");
+    }
+
+    #[test]
+    fn scattered_accumulation() {
+        // scatter_add_(self [4,6], 1, index [4,3], src [4,3]): 12.
+        let scatter_args = |s: &mut Vec<i64>| {
+            tensor(s, &[4, 6]);
+            int(s, 1);
+            tensor(s, &[4, 3]);
+            tensor(s, &[4, 3]);
+        };
+        assert_eq!(with_args(scatter_args, scatter_accumulate), Ok(12));
+        assert_eq!(with_args(scatter_args, scatter), Ok(0), "a plain scatter is a copy");
+        let reduced = with_args(
+            |s| {
+                scatter_args(s);
+                s.push(crate::args::TAG_OTHER);
+            },
+            scatter,
+        );
+        assert_eq!(reduced, Ok(12));
+        // index_add_(self [4,6], 0, index [2], source [2,6], alpha): 12, or 24 with alpha 2.
+        let index_add_of = |alpha: f64| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 6]);
+                    int(s, 0);
+                    tensor(s, &[2]);
+                    tensor(s, &[2, 6]);
+                    double(s, alpha);
+                },
+                index_add,
+            )
+        };
+        assert_eq!(index_add_of(1.0), Ok(12));
+        assert_eq!(index_add_of(2.0), Ok(24));
+    }
+
+    #[test]
+    fn embedding_bags() {
+        // weight [10, 5], 8 indices: 40 accumulated; with per-sample weights 80.
+        let bag = |weighted: bool| {
+            with_args(
+                |s| {
+                    tensor(s, &[10, 5]);
+                    tensor(s, &[8]);
+                    tensor(s, &[2]);
+                    boolean(s, false);
+                    int(s, 0);
+                    boolean(s, false);
+                    if weighted {
+                        tensor(s, &[8])
+                    } else {
+                        none(s)
+                    }
+                },
+                embedding_bag,
+            )
+        };
+        assert_eq!(bag(false), Ok(40));
+        assert_eq!(bag(true), Ok(80));
+        // backward: grad [2, 5] over 8 indices: 40.
+        let backward = with_args(
+            |s| {
+                tensor(s, &[2, 5]);
+                tensor(s, &[8]);
+            },
+            embedding_bag_backward,
+        );
+        assert_eq!(backward, Ok(40));
+        assert_eq!(with_args(|s| tensor(s, &[3, 5]), trace), Ok(3));
+    }
+}

@@ -1,0 +1,199 @@
+"""Operator families beyond the first zoo (issue 15), on real PyTorch calls: recurrent layers,
+elementwise losses, fused optimizers, sorting and scattered accumulation, grid sampling, pairwise
+distances, RMS and weight normalization. Every number is computed by hand from the conventions
+in docs/formulas.md; every report must be complete."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torchscan
+from helpers import fcm_total
+
+
+def report_of(workload):
+    report = torchscan.measure_flops(workload)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    return report
+
+
+def lstm_layer(rows: int, input_size: int, hidden: int) -> int:
+    """One LSTM layer-direction: per row 2·4H·(I + H) for the products, 4H for their sum, 9H gates."""
+    return rows * (2 * 4 * hidden * (input_size + hidden) + 4 * hidden + 9 * hidden)
+
+
+def test_lstm_inference_counts_every_layer_and_direction():
+    torch.manual_seed(0)
+    lstm = nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True).eval()
+    x = torch.randn(3, 5, 8)
+    with torch.no_grad():
+        report = report_of(lambda: lstm(x))
+    # 15 rows; layer 1 reads 8 features, layer 2 the 32 of both directions.
+    expected = 2 * lstm_layer(15, 8, 16) + 2 * lstm_layer(15, 32, 16)
+    assert lstm_layer(15, 8, 16) == 49_200
+    assert report["by_operator"]["aten.mkldnn_rnn_layer"] == expected == 288_960
+    assert report["operator_calls"]["aten.mkldnn_rnn_layer"] == 4
+    # PyTorch's FlopCounterMode has no formula for the fused layer: it counts nothing.
+    with torch.no_grad():
+        assert fcm_total(lambda: lstm(x)) == 0
+
+
+def test_lstm_training_step_counts_the_backward_layer():
+    lstm = nn.LSTM(8, 16)
+    x = torch.randn(5, 3, 8, requires_grad=True)
+    report = report_of(lambda: lstm(x)[0].sum().backward())
+    assert report["by_operator"]["aten.mkldnn_rnn_layer"] == 49_200
+    assert report["by_operator"]["aten.mkldnn_rnn_layer_backward"] == 2 * 49_200
+
+
+@pytest.mark.parametrize(
+    "loss, forward, backward",
+    [
+        # [4, 6] inputs, mean reduction: per element + 1 to accumulate; backward per element.
+        (F.mse_loss, 24 * 3, 24 * 3),
+        (F.huber_loss, 24 * 6, 24 * 4),
+        (F.smooth_l1_loss, 24 * 6, 24 * 4),
+    ],
+)
+def test_elementwise_losses(loss, forward, backward):
+    x, target = torch.randn(4, 6, requires_grad=True), torch.randn(4, 6)
+    report = report_of(lambda: loss(x, target).backward())
+    name = {F.mse_loss: "mse_loss", F.huber_loss: "huber_loss", F.smooth_l1_loss: "smooth_l1_loss"}[loss]
+    assert report["by_operator"][f"aten.{name}"] == forward
+    assert report["by_operator"][f"aten.{name}_backward"] == backward
+    assert report["by_category"]["loss"] == forward + backward
+
+
+def test_binary_cross_entropy_with_weight():
+    p = torch.rand(4, 6).clamp(0.05, 0.95).requires_grad_()
+    target, weight = torch.rand(4, 6), torch.rand(4, 6)
+    report = report_of(lambda: F.binary_cross_entropy(p, target, weight=weight).backward())
+    assert report["by_operator"]["aten.binary_cross_entropy"] == 24 * (8 + 1 + 1)
+    assert report["by_operator"]["aten.binary_cross_entropy_backward"] == 24 * (6 + 1)
+
+
+def test_a_kernel_writing_into_an_unresized_out_tensor_is_counted():
+    # soft_margin_loss's kernel runs neg_out / mul_ / exp_ / log1p_ into an empty output.
+    x, target = torch.randn(4, 6), torch.randn(4, 6)
+    report = report_of(lambda: F.soft_margin_loss(x, target))
+    assert report["by_operator"]["aten.neg"] == 24
+    assert report["by_operator"]["aten.log1p_"] == 24
+
+
+def test_in_place_variants_take_their_functional_rows():
+    x = torch.randn(3, 5)
+    report = report_of(lambda: x.clone().cos_().sinh_().atan2_(x))
+    assert report["by_operator"] == {"aten.cos_": 15, "aten.sinh_": 15, "aten.atan2_": 15}
+
+
+def optimizer_step_flops(make, **options):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 10), nn.Linear(10, 3))
+    optimizer = make(model.parameters(), **options)
+    for _ in range(3):  # past the first step, whose momentum buffers are copies
+        optimizer.zero_grad()
+        model(torch.randn(2, 10)).sum().backward()
+        report = report_of(optimizer.step)
+    return report
+
+
+@pytest.mark.parametrize(
+    "make, options",
+    [
+        (torch.optim.Adam, {}),
+        (torch.optim.Adam, {"weight_decay": 0.1, "amsgrad": True}),
+        (torch.optim.AdamW, {}),
+        (torch.optim.AdamW, {"maximize": True}),
+        (torch.optim.SGD, {"lr": 0.1}),
+        (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+        (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}),
+    ],
+)
+def test_fused_optimizer_steps_count_what_foreach_steps_count(make, options):
+    fused = optimizer_step_flops(make, fused=True, **options)
+    foreach = optimizer_step_flops(make, foreach=True, **options)
+    assert fused["total"]["value"] == foreach["total"]["value"] > 0
+    assert any(name.startswith("aten._fused_") for name in fused["by_operator"])
+
+
+def test_gradient_clipping_norms():
+    model = nn.Linear(6, 6)
+    model(torch.randn(3, 6)).sum().backward()
+    report = report_of(lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    # 42 gradient elements: a square and an add each.
+    assert report["by_operator"]["aten._foreach_norm"] == 2 * 42
+
+
+def test_sorting_and_selection():
+    x = torch.randn(4, 50)
+    assert report_of(lambda: torch.sort(x))["by_operator"] == {"aten.sort": 4 * 50 * 6}
+    assert report_of(lambda: torch.topk(x, 5))["by_operator"] == {"aten.topk": 4 * 50 * 3}
+    assert report_of(lambda: torch.kthvalue(x, 3, 1))["by_operator"] == {"aten.kthvalue": 200}
+    assert report_of(lambda: torch.histc(x, 10, -1.0, 1.0))["by_operator"] == {"aten.histc": 600}
+    assert report_of(lambda: torch.argsort(x, dim=0))["by_operator"] == {"aten.sort": 50 * 4 * 2}
+
+
+def test_mixture_of_experts_routing_is_complete():
+    # Top-2 routing over 4 experts for 6 tokens, counted per expert with index_add (Mixtral's loop).
+    torch.manual_seed(0)
+    tokens, experts = torch.randn(6, 8), nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+    gate = nn.Linear(8, 4)
+
+    def route():
+        weights, chosen = torch.topk(gate(tokens).softmax(-1), 2)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(experts):
+            rows, slot = torch.where(chosen == e)
+            out.index_add_(0, rows, expert(tokens[rows]) * weights[rows, slot, None])
+        return torch.histc(chosen.float(), 4, 0, 3)
+
+    report = report_of(route)
+    assert report["by_operator"]["aten.topk"] == 6 * 4 * 2
+    assert report["by_operator"]["aten.index_add_"] == 12 * 8  # 12 routed rows of 8 features
+
+
+def test_scattered_accumulation_and_embedding_bags():
+    index = torch.tensor([[0, 2, 4]] * 4)
+    src = torch.randn(4, 3)
+    assert report_of(lambda: torch.zeros(4, 6).scatter_add_(1, index, src))["by_operator"]["aten.scatter_add_"] == 12
+    plain = report_of(lambda: torch.zeros(4, 6).scatter_(1, index, src))
+    assert plain["by_operator"]["aten.scatter_"] == 0, "a plain scatter is a copy"
+    reduced = report_of(lambda: torch.zeros(4, 6).scatter_(1, index, src, reduce="add"))
+    assert reduced["by_operator"]["aten.scatter_"] == 12
+    bag = nn.EmbeddingBag(10, 5, mode="sum")
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4])
+    report = report_of(lambda: bag(indices, offsets).sum().backward())
+    assert report["by_operator"]["aten._embedding_bag"] == 8 * 5
+    assert sum(v for k, v in report["by_operator"].items() if "embedding_bag" in k and "backward" in k) == 8 * 5
+
+
+def test_grid_sampling_and_pairwise_distances():
+    x = torch.randn(1, 3, 8, 8, requires_grad=True)
+    grid = torch.rand(1, 4, 4, 2) * 2 - 1
+    report = report_of(lambda: F.grid_sample(x, grid, align_corners=False).sum().backward())
+    assert report["by_operator"]["aten.grid_sampler_2d"] == 3 * 16 * 4
+    assert report["by_operator"]["aten.grid_sampler_2d_backward"] == 2 * 3 * 16 * 4
+    a, b = torch.randn(5, 4), torch.randn(6, 4)
+    assert report_of(lambda: torch.cdist(a, b, p=1.0))["by_operator"] == {"aten._cdist_forward": 5 * 6 * 4 * 3}
+
+
+def test_rms_and_weight_normalization():
+    x = torch.randn(4, 6)
+    assert report_of(lambda: nn.RMSNorm(6)(x))["by_operator"]["aten._fused_rms_norm"] == 24 * 4
+    linear = torch.nn.utils.parametrizations.weight_norm(nn.Linear(5, 4))
+    report = report_of(lambda: linear(torch.randn(2, 5)))
+    assert report["by_operator"]["aten._weight_norm_interface"] == 20 * 3
+
+
+def test_activations_and_elementwise_math():
+    x = torch.randn(4, 6, requires_grad=True)
+    prelu, glu = nn.PReLU(6), nn.GLU()
+    report = report_of(lambda: (prelu(x).sum() + glu(x).sum()).backward())
+    assert report["by_operator"]["aten._prelu_kernel"] == 24
+    assert report["by_operator"]["aten._prelu_kernel_backward"] == 48
+    assert report["by_operator"]["aten.glu"] == 24  # 12 outputs, a sigmoid and a multiply each
+    assert report["by_operator"]["aten.glu_backward"] == 24
+    y = torch.rand(4, 6) + 0.1
+    report = report_of(lambda: torch.special.xlogy(y, y) + torch.lgamma(y) + torch.logit(y * 0.5))
+    assert report["by_operator"]["aten.xlogy"] == report["by_operator"]["aten.lgamma"] == 24
