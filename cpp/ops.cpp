@@ -104,6 +104,18 @@ std::string compare_reports(const std::string& before, const std::string& after)
   return std::string(call_core([&] { return ffi::compare_reports(before, after); }));
 }
 
+// How the formula registry treats an operator: [class, detail] (the coverage table).
+std::vector<std::string> classify_operator(const std::string& name) {
+  ffi::OperatorClass c = ffi::classify_operator(name);
+  return {std::string(c.kind), std::string(c.detail)};
+}
+
+std::vector<std::string> registry_operators() {
+  std::vector<std::string> names;
+  for (const auto& name : ffi::registry_operators()) names.emplace_back(name);
+  return names;
+}
+
 std::string torchscan_version() {
   return std::string(ffi::torchscan_version());
 }
@@ -285,6 +297,8 @@ TORCH_LIBRARY(torchscan, m) {
   def("live_sessions() -> int", &torchscan::live_sessions);
   def("torch_version() -> str", &torchscan::torch_version);
   def("torchscan_version() -> str", &torchscan::torchscan_version);
+  def("classify_operator(str name) -> str[]", &torchscan::classify_operator);
+  def("registry_operators() -> str[]", &torchscan::registry_operators);
   def("inductor_graph() -> ()", &torchscan::inductor_graph);
   def("compiled_begin() -> ()", &torchscan::compiled_begin);
   def("compiled_end(int graph, bool completed) -> ()", &torchscan::compiled_end);

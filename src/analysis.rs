@@ -16,6 +16,9 @@ use crate::report::{
 
 pub const METHOD_MODULE: &str = "torchscan_module_formula";
 const NOT_REQUESTED: &str = "not_requested";
+/// `method` of a metric that has no meaning for the module (a receptive field of attention, or
+/// of a normalization across positions): unavailable, and not a gap (no diagnostic).
+const NOT_APPLICABLE: &str = "not_applicable";
 
 /// What Python hands over. Layer records are arrays and refer to a table of the modules, so
 /// that per-module constants (identity, type, formula descriptor) travel once.
@@ -126,6 +129,7 @@ fn count_metric(
             diagnostics.push(diagnostic("module_metric_error", name, path, format!("NotImplementedError: {message}")));
             Metric::unavailable(unit, "module_call", METHOD_MODULE)
         }
+        Err(Failure::NotApplicable(_)) => Metric::unavailable(unit, "module_call", NOT_APPLICABLE),
     }
 }
 
@@ -173,14 +177,16 @@ fn leaf_metrics(
         *slot = Some(count_metric(count, name, unit, path, diagnostics));
     }
     let rf: [Metric; 3] = match (&m.receptive_field, attention) {
-        (_, true) => [(); 3].map(|_| Metric::unavailable(Unit::Elements, "module_call", "not_applicable")),
+        (_, true) | (Err(Failure::NotApplicable(_)), false) => {
+            [(); 3].map(|_| Metric::unavailable(Unit::Elements, "module_call", NOT_APPLICABLE))
+        }
         (Ok(values), false) => {
             values.map(|v| Metric::complete(rf_value(v), Unit::Elements, "module_call", METHOD_MODULE))
         }
         (Err(failure), false) => {
             let (code, message) = match failure {
                 Failure::Unsupported(t) => ("unsupported_module_metric", format!("Module type not supported: {t}")),
-                Failure::Error(e) | Failure::MissingTensor(e) => {
+                Failure::Error(e) | Failure::MissingTensor(e) | Failure::NotApplicable(e) => {
                     ("module_metric_error", format!("NotImplementedError: {e}"))
                 }
             };

@@ -90,6 +90,13 @@ mod bridge {
         origin: u8,
     }
 
+    /// The registry's class of one operator (`formulas::Class`): `kind` is `counted`,
+    /// `ignored`, `uncounted` or `unclassified`; `detail` the category or the reason.
+    struct OperatorClass {
+        kind: String,
+        detail: String,
+    }
+
     struct OpenedSession {
         handle: i64,
         slot: usize,
@@ -127,6 +134,10 @@ mod bridge {
         fn exit_modules(handle: i64, count: usize) -> Result<()>;
         fn open_module_calls(handle: i64) -> Result<usize>;
         fn live_sessions() -> usize;
+        /// How the formula registry treats an operator (qualified name, `aten::mm`).
+        fn classify_operator(name: &str) -> OperatorClass;
+        /// Every operator the registry names.
+        fn registry_operators() -> Vec<String>;
         /// This package's version (`Cargo.toml`: the one version source).
         fn torchscan_version() -> &'static str;
         /// An operator starts; returns the `session::Decision` bits.
@@ -184,7 +195,7 @@ mod bridge {
     }
 }
 
-use bridge::{ArgTag, DecisionBit, EventDescription, Limits, OpEvent, OpStart, OpenedSession, Receipt};
+use bridge::{ArgTag, DecisionBit, EventDescription, Limits, OpEvent, OpStart, OpenedSession, OperatorClass, Receipt};
 
 const _: () = {
     assert!(ArgTag::None.repr == args::TAG_NONE);
@@ -308,6 +319,21 @@ fn exit_modules(handle: i64, count: usize) -> Result<(), String> {
 
 fn open_module_calls(handle: i64) -> Result<usize, String> {
     guarded(|| registry::open_module_calls(handle))
+}
+
+fn classify_operator(name: &str) -> OperatorClass {
+    use crate::formulas::Class;
+    let (kind, detail) = match catch_unwind(|| crate::formulas::classify(name)).unwrap_or(Class::Unclassified) {
+        Class::Counted(category) => ("counted", category),
+        Class::Ignored(reason) => ("ignored", reason),
+        Class::Uncounted(reason) => ("uncounted", reason),
+        Class::Unclassified => ("unclassified", ""),
+    };
+    OperatorClass { kind: kind.into(), detail: detail.into() }
+}
+
+fn registry_operators() -> Vec<String> {
+    catch_unwind(|| crate::formulas::registry_operators().map(String::from).collect()).unwrap_or_default()
 }
 
 fn torchscan_version() -> &'static str {

@@ -67,6 +67,26 @@ fn batched_product(args: &Args, left: usize, right: usize) -> Result<u64, Formul
     mul_all(&[2, dim(&a, 0)?, dim(&a, 1)?, dim(&a, 2)?, dim(&b, 2)?])
 }
 
+/// `_grouped_mm(mat_a, mat_b, offs, bias, out_dtype)`, mixture-of-experts' grouped product:
+/// every group's product at 2 FLOPs per multiply-accumulate. By ranks: `[M, K] x [G, K, N]`
+/// (groups along M: `2 M K N`), `[G, M, K] x [G, K, N]` (batched: `2 G M K N`), `[M, K] x
+/// [K, N]` (groups along K: `2 M K N`), `[G, M, K] x [K, N]` (groups along N: `2 M K N`).
+pub fn grouped_mm(args: &Args) -> Result<u64, FormulaError> {
+    let (a, b) = (require_tensor(args, 0)?, require_tensor(args, 1)?);
+    let d = |t: &crate::args::TensorMeta, i: usize| dim(t, i);
+    let (m, k, n, k_b) = match (a.dims.len(), b.dims.len()) {
+        (2, 3) => (d(&a, 0)?, d(&a, 1)?, d(&b, 2)?, d(&b, 1)?),
+        (3, 3) if a.dims[0] == b.dims[0] => (super::mul(d(&a, 0)?, d(&a, 1)?)?, d(&a, 2)?, d(&b, 2)?, d(&b, 1)?),
+        (2, 2) => (d(&a, 0)?, d(&a, 1)?, d(&b, 1)?, d(&b, 0)?),
+        (3, 2) => (d(&a, 1)?, d(&a, 2)?, d(&b, 1)?, d(&b, 0)?),
+        _ => return Err(FormulaError::UnexpectedShape),
+    };
+    if k != k_b {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    mul_all(&[2, m, k, n])
+}
+
 /// Pairs times features of `cdist(x1 [..., P, M], x2 [..., R, M])`: `batch x P x R x M`.
 fn pair_features(args: &Args, x1: usize, x2: usize) -> Result<u64, FormulaError> {
     let (a, b) = (require_tensor(args, x1)?, require_tensor(args, x2)?);
@@ -261,5 +281,26 @@ mod tests {
             cdist,
         );
         assert_eq!(unmatched, Err(FormulaError::UnexpectedShape));
+    }
+
+    #[test]
+    fn grouped_products() {
+        let grouped = |a: &[i64], b: &[i64]| {
+            with_args(
+                |s| {
+                    tensor(s, a);
+                    tensor(s, b);
+                },
+                grouped_mm,
+            )
+        };
+        // 6 tokens routed to 3 experts of [8, 4]: 2 x 6 x 8 x 4 = 384.
+        assert_eq!(grouped(&[6, 8], &[3, 8, 4]), Ok(384));
+        // Batched [3, 5, 8] x [3, 8, 4]: 2 x 15 x 8 x 4 = 960.
+        assert_eq!(grouped(&[3, 5, 8], &[3, 8, 4]), Ok(960));
+        // Groups along K ([5, 24] x [24, 4]) and along N ([3, 5, 8] x [8, 12]).
+        assert_eq!(grouped(&[5, 24], &[24, 4]), Ok(960));
+        assert_eq!(grouped(&[3, 5, 8], &[8, 12]), Ok(960));
+        assert_eq!(grouped(&[6, 8], &[3, 7, 4]), Err(FormulaError::UnexpectedShape));
     }
 }

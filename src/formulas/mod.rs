@@ -8,8 +8,10 @@
 pub mod attention;
 pub mod conv;
 pub mod docs;
+pub mod fft;
 pub mod ignored;
 pub mod interpolate;
+pub mod linalg;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
@@ -40,12 +42,16 @@ pub enum Category {
     Softmax,
     Loss,
     Interpolation,
+    /// Factorizations and solves (`torch.linalg`).
+    LinearAlgebra,
+    /// Fourier transforms (`torch.fft`, `torch.stft`).
+    Spectral,
     /// Counted by a caller-supplied formula (`custom_mapping`).
     Custom,
 }
 
 impl Category {
-    pub const ALL: [Category; 11] = [
+    pub const ALL: [Category; 13] = [
         Category::Matmul,
         Category::Conv,
         Category::Attention,
@@ -56,6 +62,8 @@ impl Category {
         Category::Softmax,
         Category::Loss,
         Category::Interpolation,
+        Category::LinearAlgebra,
+        Category::Spectral,
         Category::Custom,
     ];
 
@@ -71,6 +79,8 @@ impl Category {
             Category::Softmax => "softmax",
             Category::Loss => "loss",
             Category::Interpolation => "interpolation",
+            Category::LinearAlgebra => "linalg",
+            Category::Spectral => "spectral",
             Category::Custom => "custom",
         }
     }
@@ -152,9 +162,11 @@ impl Formula {
             return Ok(flops);
         }
         match self.category {
-            Category::Matmul | Category::Conv | Category::Attention => {
+            Category::Matmul | Category::Conv | Category::Attention | Category::LinearAlgebra => {
                 flops.checked_mul(4).ok_or(FormulaError::Overflow)
             }
+            // The transforms count complex arithmetic themselves, in real FLOPs.
+            Category::Spectral => Ok(flops),
             _ => Err(FormulaError::Complex),
         }
     }
@@ -209,6 +221,12 @@ const SCATTER: &Convention = &Convention {
            copy (0)",
     source: TORCHSCAN,
 };
+const AMP_UNSCALE: &Convention =
+    &Convention { rule: "2 FLOPs per gradient element (a finiteness test and a multiply)", source: TORCHSCAN };
+const ADD_RELU: &Convention =
+    &Convention { rule: "2 FLOPs per output element (an add and a compare)", source: TORCHSCAN };
+const MASKED_SCALE: &Convention =
+    &Convention { rule: "2 FLOPs per output element (the mask's and the scale's multiplies)", source: TORCHSCAN };
 const CROSS: &Convention =
     &Convention { rule: "3 FLOPs per output element (two multiplies and a subtract)", source: TORCHSCAN };
 const DISTANCE: &Convention =
@@ -228,6 +246,17 @@ const GRID: &Convention = &Convention {
 };
 const FOREACH_NORM: &Convention =
     &Convention { rule: "2 FLOPs per element (a square or absolute value, and an add)", source: TORCHSCAN };
+const LAPACK: &Convention = &Convention {
+    rule: "leading-order counts of the standard LAPACK algorithms per matrix (inv 2n^3, solve 2/3 n^3 + 2n^2 k, \
+           det 2/3 n^3, Cholesky 1/3 n^3, triangular solve n^2 k, eigh 4/3 n^3 or 9n^3 with vectors, eig 25n^3, \
+           SVD by R-SVD); complex 4x",
+    source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
+};
+const FFT: &Convention = &Convention {
+    rule: "5 n log2 n per complex transform of length n, half for real input or output; +2 per complex (1 per \
+           real) output element when normalized",
+    source: "Cooley-Tukey radix-2 count (FFTW's benchmark convention)",
+};
 const SOFTMAX: &Convention = &Convention { rule: "per element: forward 5 FLOPs, backward 4", source: TORCHSCAN };
 const SDPA: &Convention = &Convention {
     rule: "QK^T and AV products at 2 FLOPs per multiply-accumulate; causal not halved",
@@ -313,6 +342,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::addmv", Matmul, matmul::addmv, SPARSE_MACS, sparse: sparse::addmv),
     row!("aten::dot", Matmul, matmul::dot, PYTORCH),
     row!("aten::vdot", Matmul, matmul::dot, PYTORCH),
+    row!("aten::_grouped_mm", Matmul, matmul::grouped_mm, PYTORCH),
     // Convolutions: the outermost claims the call, so backend variants below never double count.
     row!("aten::convolution", Conv, conv::convolution, PYTORCH),
     row!("aten::_convolution", Conv, conv::convolution, PYTORCH),
@@ -426,6 +456,39 @@ pub static FORMULAS: &[Formula] = &[
     pointwise!("aten::logical_xor"),
     pointwise!("aten::bitwise_left_shift"),
     pointwise!("aten::bitwise_right_shift"),
+    pointwise!("aten::angle"),
+    pointwise!("aten::conj_physical"),
+    pointwise!("aten::frexp"),
+    pointwise!("aten::igamma"),
+    pointwise!("aten::igammac"),
+    pointwise!("aten::special_airy_ai"),
+    pointwise!("aten::special_bessel_j0"),
+    pointwise!("aten::special_bessel_j1"),
+    pointwise!("aten::special_bessel_y0"),
+    pointwise!("aten::special_bessel_y1"),
+    pointwise!("aten::special_modified_bessel_i0"),
+    pointwise!("aten::special_modified_bessel_i1"),
+    pointwise!("aten::special_modified_bessel_k0"),
+    pointwise!("aten::special_modified_bessel_k1"),
+    pointwise!("aten::special_scaled_modified_bessel_k0"),
+    pointwise!("aten::special_scaled_modified_bessel_k1"),
+    pointwise!("aten::special_spherical_bessel_j0"),
+    pointwise!("aten::special_zeta"),
+    pointwise!("aten::special_chebyshev_polynomial_t"),
+    pointwise!("aten::special_chebyshev_polynomial_u"),
+    pointwise!("aten::special_chebyshev_polynomial_v"),
+    pointwise!("aten::special_chebyshev_polynomial_w"),
+    pointwise!("aten::special_shifted_chebyshev_polynomial_t"),
+    pointwise!("aten::special_shifted_chebyshev_polynomial_u"),
+    pointwise!("aten::special_shifted_chebyshev_polynomial_v"),
+    pointwise!("aten::special_shifted_chebyshev_polynomial_w"),
+    pointwise!("aten::special_hermite_polynomial_h"),
+    pointwise!("aten::special_hermite_polynomial_he"),
+    pointwise!("aten::special_laguerre_polynomial_l"),
+    pointwise!("aten::special_legendre_polynomial_p"),
+    pointwise!("aten::_fused_dropout"),
+    row!("aten::_add_relu", Pointwise, pointwise::per_element::<2>, ADD_RELU),
+    row!("aten::_masked_scale", Pointwise, pointwise::per_element::<2>, MASKED_SCALE),
     // Activations and their gradient kernels: one FLOP per element, whatever the function.
     pointwise!("aten::relu"),
     pointwise!("aten::relu_"),
@@ -540,6 +603,44 @@ pub static FORMULAS: &[Formula] = &[
     foreach!("aten::_foreach_reciprocal_", 1),
     foreach!("aten::_foreach_maximum_", 1),
     foreach!("aten::_foreach_pow", 1),
+    foreach!("aten::_foreach_abs", 1),
+    foreach!("aten::_foreach_acos", 1),
+    foreach!("aten::_foreach_asin", 1),
+    foreach!("aten::_foreach_atan", 1),
+    foreach!("aten::_foreach_ceil", 1),
+    foreach!("aten::_foreach_cos", 1),
+    foreach!("aten::_foreach_cosh", 1),
+    foreach!("aten::_foreach_erf", 1),
+    foreach!("aten::_foreach_erfc", 1),
+    foreach!("aten::_foreach_exp", 1),
+    foreach!("aten::_foreach_expm1", 1),
+    foreach!("aten::_foreach_floor", 1),
+    foreach!("aten::_foreach_frac", 1),
+    foreach!("aten::_foreach_lgamma", 1),
+    foreach!("aten::_foreach_log", 1),
+    foreach!("aten::_foreach_log10", 1),
+    foreach!("aten::_foreach_log1p", 1),
+    foreach!("aten::_foreach_log2", 1),
+    foreach!("aten::_foreach_reciprocal", 1),
+    foreach!("aten::_foreach_round", 1),
+    foreach!("aten::_foreach_rsqrt", 1),
+    foreach!("aten::_foreach_sigmoid", 1),
+    foreach!("aten::_foreach_sign", 1),
+    foreach!("aten::_foreach_sin", 1),
+    foreach!("aten::_foreach_sinh", 1),
+    foreach!("aten::_foreach_tan", 1),
+    foreach!("aten::_foreach_tanh", 1),
+    foreach!("aten::_foreach_trunc", 1),
+    foreach!("aten::_foreach_clamp_max", 1),
+    foreach!("aten::_foreach_clamp_min", 1),
+    foreach!("aten::_foreach_maximum", 1),
+    foreach!("aten::_foreach_minimum", 1),
+    foreach!("aten::_foreach_max", 1),
+    row!("aten::_foreach_powsum", Reduction, pointwise::foreach::<2>, FOREACH_NORM),
+    // Mixed precision: the gradient scaler's unscale (a finiteness test and a multiply) and its
+    // scale update (a few scalar operations).
+    row!("aten::_amp_foreach_non_finite_check_and_unscale_", Pointwise, pointwise::foreach::<2>, AMP_UNSCALE),
+    pointwise!("aten::_amp_update_scale_"),
     foreach!("aten::_foreach_addcmul", 3),
     foreach!("aten::_foreach_addcmul_", 3),
     foreach!("aten::_foreach_addcdiv", 3),
@@ -595,6 +696,9 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::aminmax", Reduction, quantize::per_input_element::<2>, MIN_MAX),
     row!("aten::_aminmax", Reduction, quantize::per_input_element::<2>, MIN_MAX),
     row!("aten::cumprod", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::nansum", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::count_nonzero", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::bincount", Reduction, reduction::one_per_input_element, ACCUMULATE),
     row!("aten::_logcumsumexp", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::_cummax_helper", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::_cummin_helper", Reduction, reduction::one_per_input_element, PER_INPUT),
@@ -695,10 +799,28 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::upsample_nearest1d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
     row!("aten::upsample_nearest2d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
     row!("aten::upsample_nearest3d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
+    row!("aten::_upsample_nearest_exact1d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
+    row!("aten::_upsample_nearest_exact2d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
+    row!("aten::_upsample_nearest_exact3d_backward", Interpolation, interpolate::backward::<1>, ROUTE),
     row!("aten::grid_sampler_2d", Interpolation, interpolate::grid_sampler, GRID),
     row!("aten::grid_sampler_3d", Interpolation, interpolate::grid_sampler, GRID),
     row!("aten::grid_sampler_2d_backward", Interpolation, interpolate::grid_sampler_backward, GRID),
     row!("aten::grid_sampler_3d_backward", Interpolation, interpolate::grid_sampler_backward, GRID),
+    // Linear algebra.
+    row!("aten::linalg_inv_ex", LinearAlgebra, linalg::inv, LAPACK),
+    row!("aten::_linalg_solve_ex", LinearAlgebra, linalg::solve, LAPACK),
+    row!("aten::_linalg_det", LinearAlgebra, linalg::det, LAPACK),
+    row!("aten::_linalg_slogdet", LinearAlgebra, linalg::det, LAPACK),
+    row!("aten::linalg_cholesky_ex", LinearAlgebra, linalg::cholesky, LAPACK),
+    row!("aten::_cholesky_solve_helper", LinearAlgebra, linalg::cholesky_solve, LAPACK),
+    row!("aten::linalg_solve_triangular", LinearAlgebra, linalg::solve_triangular, LAPACK),
+    row!("aten::_linalg_eigh", LinearAlgebra, linalg::eigh, LAPACK),
+    row!("aten::linalg_eig", LinearAlgebra, linalg::eig, LAPACK),
+    row!("aten::_linalg_svd", LinearAlgebra, linalg::svd, LAPACK),
+    // Fourier transforms.
+    row!("aten::_fft_c2c", Spectral, fft::c2c, FFT),
+    row!("aten::_fft_r2c", Spectral, fft::r2c, FFT),
+    row!("aten::_fft_c2r", Spectral, fft::c2r, FFT),
     // Pairwise distances.
     row!("aten::_cdist_forward", Matmul, matmul::cdist, DISTANCE),
     row!("aten::_cdist_backward", Matmul, matmul::cdist_backward, DISTANCE),
@@ -721,6 +843,40 @@ pub fn lookup(operator: &str) -> Option<Rule> {
         let base = operator.strip_suffix('_').filter(|base| !base.ends_with('_'))?;
         exact(base)
     })
+}
+
+/// How the registry treats an operator, for the coverage table (`docs/coverage.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Counted by a formula of this category.
+    Counted(&'static str),
+    /// Costs zero, for this reason.
+    Ignored(&'static str),
+    /// Does arithmetic torchscan deliberately does not count, for this reason.
+    Uncounted(&'static str),
+    /// Not in the registry: counted as an uncounted operator (partial) if it runs a kernel.
+    Unclassified,
+}
+
+/// The registry's class of `operator` (qualified, `aten::mm`).
+pub fn classify(operator: &str) -> Class {
+    match lookup(operator) {
+        Some(Rule::Formula(i)) => Class::Counted(FORMULAS[i].category.name()),
+        Some(Rule::Ignored(i)) => Class::Ignored(ignored::IGNORED[i].reason.name()),
+        None => match quantize::uncounted_reason(operator) {
+            Some(reason) => Class::Uncounted(reason),
+            None => Class::Unclassified,
+        },
+    }
+}
+
+/// Every operator the registry names (formulas, the ignore list, the deliberately uncounted).
+pub fn registry_operators() -> impl Iterator<Item = &'static str> {
+    FORMULAS
+        .iter()
+        .map(|f| f.operator)
+        .chain(ignored::IGNORED.iter().map(|i| i.operator))
+        .chain(quantize::UNCOUNTED.iter().map(|u| u.operator))
 }
 
 /// The registry's own row for `operator`; built once, read-only afterwards.
@@ -811,6 +967,11 @@ mod tests {
         assert!(lookup("aten::cos").is_some());
         assert_eq!(lookup("aten::__and__"), exact("aten::__and__"));
         assert_eq!(lookup("aten::not_an_op_"), None);
+        assert_eq!(classify("aten::mm"), Class::Counted("matmul"));
+        assert_eq!(classify("aten::view"), Class::Ignored("view"));
+        assert!(matches!(classify("quantized::linear"), Class::Uncounted(_)));
+        assert_eq!(classify("aten::not_an_op"), Class::Unclassified);
+        assert!(registry_operators().any(|name| name == "quantized::conv2d"));
     }
 
     #[test]

@@ -8,8 +8,18 @@
 //! | LeakyReLU | 4 | in + 1 (slope) + out |
 //! | Tanh | 6 | 2 in + out |
 //! | Sigmoid | 4 | in + out |
+//! | SiLU (`x sigmoid(x)`) | 5 | in + out |
+//! | GELU (erf: scale, erf, add, two multiplies) | 5 | in + out |
+//! | GELU, tanh approximation (cube 2, scale and add 2, scale 1, tanh 6, add 1, two multiplies) | 14 | in + out |
+//! | QuickGELU (`x sigmoid(1.702 x)`) | 6 | in + out |
+//! | ClippedGELU (GELU, then two clamps) | 7 | in + out |
+//! | Hardswish (`x relu6(x + 3) / 6`: add, two clamps, divide, multiply) | 5 | in + out |
+//! | Hardsigmoid (`relu6(x + 3) / 6`) | 4 | in + out |
+//! | Softplus (exp, add, log) | 3 | in + out |
+//! | Mish (`x tanh(softplus(x))`: 3 + 6 + 1) | 10 | in + out |
 //!
-//! MACs are 0. Dropout: in training with 0 < p < 1, a mask compare and a rescale (2 per
+//! The functions inside a formula cost what their own rows say (`tanh` 6, `sigmoid` 4); `erf`,
+//! `exp` and `log` cost 1, as in the ELU and Sigmoid rows. MACs are 0. Dropout: in training with 0 < p < 1, a mask compare and a rescale (2 per
 //! element), p == 1 a fill (1); in evaluation, or with p == 0, nothing. DMAs in + 1 + out.
 
 use serde::Deserialize;
@@ -25,6 +35,15 @@ pub enum Kind {
     LeakyRelu,
     Tanh,
     Sigmoid,
+    Silu,
+    Gelu,
+    GeluTanh,
+    QuickGelu,
+    ClippedGelu,
+    Hardswish,
+    Hardsigmoid,
+    Softplus,
+    Mish,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -39,8 +58,13 @@ impl Activation {
         let per = match self.kind {
             Kind::Relu => 1,
             Kind::Relu6 => 2,
-            Kind::Elu | Kind::Tanh => 6,
-            Kind::LeakyRelu | Kind::Sigmoid => 4,
+            Kind::Softplus => 3,
+            Kind::LeakyRelu | Kind::Sigmoid | Kind::Hardsigmoid => 4,
+            Kind::Silu | Kind::Gelu | Kind::Hardswish => 5,
+            Kind::Elu | Kind::Tanh | Kind::QuickGelu => 6,
+            Kind::ClippedGelu => 7,
+            Kind::Mish => 10,
+            Kind::GeluTanh => 14,
         };
         product(&[numel(input)?, per])
     }
@@ -51,7 +75,16 @@ impl Activation {
             Kind::Relu | Kind::Relu6 => sum(&[n_in, out]),
             Kind::Elu | Kind::LeakyRelu => sum(&[n_in, 1, out]),
             Kind::Tanh => sum(&[n_in.checked_mul(2).ok_or_else(overflow)?, n_out]),
-            Kind::Sigmoid => sum(&[n_in, n_out]),
+            Kind::Sigmoid
+            | Kind::Silu
+            | Kind::Gelu
+            | Kind::GeluTanh
+            | Kind::QuickGelu
+            | Kind::ClippedGelu
+            | Kind::Hardswish
+            | Kind::Hardsigmoid
+            | Kind::Softplus
+            | Kind::Mish => sum(&[n_in, n_out]),
         }
     }
 }
@@ -101,6 +134,12 @@ mod tests {
         assert_eq!(act("tanh", false).dmas(), Ok(24));
         assert_eq!(act("sigmoid", false).dmas(), Ok(16));
         assert_eq!(act("relu", false).macs(), Ok(0));
+        // The transformer and mobile activations, on 8 elements.
+        let kinds =
+            ["silu", "gelu", "gelu_tanh", "quick_gelu", "clipped_gelu", "hardswish", "hardsigmoid", "softplus", "mish"];
+        let flops: Vec<_> = kinds.iter().map(|k| act(k, false).flops().unwrap()).collect();
+        assert_eq!(flops, vec![40, 40, 112, 48, 56, 40, 32, 24, 80]);
+        assert!(kinds.iter().all(|k| act(k, false).dmas() == Ok(16)));
     }
 
     #[test]

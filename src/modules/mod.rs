@@ -10,6 +10,7 @@
 mod activation;
 pub(crate) mod attention;
 mod conv;
+mod embedding;
 pub(crate) mod linear;
 pub(crate) mod norm;
 mod pool;
@@ -41,6 +42,9 @@ pub enum Module {
     ConvTranspose(conv::ConvTranspose),
     BatchNorm(norm::BatchNorm),
     LayerNorm(norm::LayerNorm),
+    RmsNorm(norm::RmsNorm),
+    Embedding(embedding::Embedding),
+    RotaryEmbedding(embedding::Rotary),
     MaxPool(pool::Pool),
     AvgPool(pool::Pool),
     AdaptiveMaxPool(pool::Adaptive),
@@ -65,6 +69,9 @@ pub enum Failure {
     Error(String),
     /// The call exposed no input (or output) tensor to price.
     MissingTensor(String),
+    /// The metric has no meaning for this module (a receptive field across all positions): not
+    /// a gap in the formulas, so no diagnostic; the metric says `not_applicable`, and why.
+    NotApplicable(String),
 }
 
 pub type Count = Result<u64, Failure>;
@@ -174,6 +181,9 @@ impl Call {
             ConvTranspose(m) => shapes().and_then(|(input, output)| m.flops(input, output)),
             BatchNorm(m) => m.flops(shapes()?.0),
             LayerNorm(m) => m.flops(shapes()?.0),
+            RmsNorm(m) => m.flops(shapes()?.0),
+            Embedding(m) => m.flops(),
+            RotaryEmbedding(m) => m.flops(numel(shapes()?.1)?),
             MaxPool(m) => pool::max_flops(m, shapes()?.1),
             AvgPool(m) => pool::avg_flops(m, shapes()?.1),
             AdaptiveMaxPool(m) => shapes().and_then(|(input, output)| pool::adaptive_max_flops(m, input, output)),
@@ -186,7 +196,9 @@ impl Call {
         use Module::*;
         let shapes = || self.shapes();
         match &self.module {
-            Identity | Flatten | Activation(_) | Dropout(_) => Ok(0),
+            Identity | Flatten | Activation(_) | Dropout(_) | RotaryEmbedding(_) => Ok(0),
+            Embedding(m) => m.flops(),
+            RmsNorm(m) => m.macs(shapes()?.0),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
             Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             MultiheadAttention(m) => m.macs(),
@@ -217,6 +229,9 @@ impl Call {
             ConvTranspose(m) => m.dmas(sizes()?.3),
             BatchNorm(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
             LayerNorm(m) => m.dmas(sizes()?.0),
+            RmsNorm(m) => m.dmas(sizes()?.0),
+            Embedding(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
+            RotaryEmbedding(m) => m.dmas(sizes()?.3),
             MaxPool(m) => pool::max_dmas(m, sizes()?.1),
             AvgPool(m) => pool::avg_dmas(m, sizes()?.1),
             AdaptiveMaxPool(m) => sizes().and_then(|(input, output, _, _)| pool::adaptive_max_dmas(m, input, output)),
@@ -228,7 +243,9 @@ impl Call {
     pub fn receptive_field(&self) -> Rf {
         use Module::*;
         match &self.module {
-            Identity | Flatten | Linear(_) | Activation(_) | BatchNorm(_) | Dropout(_) => Ok(POINTWISE_RF),
+            Identity | Flatten | Linear(_) | Activation(_) | BatchNorm(_) | Dropout(_) | Embedding(_) => {
+                Ok(POINTWISE_RF)
+            }
             Conv(m) => m.receptive_field(),
             ConvTranspose(m) => m.receptive_field(),
             MaxPool(m) => pool::windowed_rf(m, true),
@@ -237,8 +254,12 @@ impl Call {
                 let (input, output) = self.shapes()?;
                 pool::adaptive_rf(input, output)
             }
+            // Normalizing a token's (or position's) own features is pointwise; normalizing over
+            // several trailing dimensions mixes positions: no receptive field to state.
+            LayerNorm(m) if m.normalized_shape.len() == 1 => Ok(POINTWISE_RF),
+            LayerNorm(_) => Err(Failure::NotApplicable("it normalizes across positions".into())),
+            RmsNorm(_) | RotaryEmbedding(_) => Ok(POINTWISE_RF),
             // No receptive-field formula (as in torchscan 0.2): reported, not guessed.
-            LayerNorm(_) => Err(Failure::Unsupported("LayerNorm".into())),
             MultiheadAttention(_) => Err(Failure::Unsupported("MultiheadAttention".into())),
             Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),

@@ -11,6 +11,12 @@
 //! LayerNorm, with `P = prod(normalized_shape)` and `R = N / P` rows: FLOPs `6N + 2R + N` per
 //! affine parameter; MACs `N*(1 + weight)`; DMAs `4N + 5R + 1 + parameters + 2N` if affine.
 //! Subclasses of LayerNorm get FLOPs only (their forward may differ).
+//!
+//! RMSNorm (`nn.RMSNorm` and the known Hugging Face RMS norms), with `P` the normalized size and
+//! `R = N / P` rows: FLOPs `3N + 2R` (square, mean, scale per element; add eps and the
+//! reciprocal square root per row) `+ N` with a weight; MACs `N*(1 + weight)` (as LayerNorm's);
+//! DMAs `3N + 2R + 1 + weight + N` with a weight (the input read twice, the output written, the
+//! row statistic written and read, eps, the weight and its pass).
 
 use serde::Deserialize;
 
@@ -138,6 +144,43 @@ impl LayerNorm {
     }
 }
 
+#[derive(Clone, Debug, Deserialize)]
+pub struct RmsNorm {
+    /// Elements of one normalized row.
+    pub normalized: u64,
+    /// Elements of the weight (`None`: no weight).
+    pub weight: Option<u64>,
+}
+
+impl RmsNorm {
+    fn sizes(&self, input: &[i64]) -> Result<(u64, u64), Failure> {
+        if self.normalized == 0 {
+            return Err(err("RMSNorm requires a nonempty normalized row."));
+        }
+        let n = numel(input)?;
+        Ok((n, n / self.normalized))
+    }
+
+    pub fn flops(&self, input: &[i64]) -> Count {
+        let (n, rows) = self.sizes(input)?;
+        sum(&[product(&[3 + u64::from(self.weight.is_some()), n])?, product(&[2, rows])?])
+    }
+
+    pub fn macs(&self, input: &[i64]) -> Count {
+        let (n, _) = self.sizes(input)?;
+        product(&[n, 1 + u64::from(self.weight.is_some())])
+    }
+
+    pub fn dmas(&self, input: &[i64]) -> Count {
+        let (n, rows) = self.sizes(input)?;
+        let weight = match self.weight {
+            Some(w) => sum(&[w, n])?,
+            None => 0,
+        };
+        sum(&[product(&[3, n])?, product(&[2, rows])?, 1, weight])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::modules::testing::call;
@@ -182,6 +225,22 @@ mod tests {
         assert_eq!(ln(Some(4), Some(4)).dmas(), Ok(183));
         let empty = call(json!({"family": "layer_norm", "normalized_shape": [0], "weight": null, "bias": null,
                                 "exact_type": true, "input": [2, 0], "output": [2, 0]}));
+        assert!(empty.flops().is_err());
+    }
+
+    #[test]
+    fn rms_norm_reference_values() {
+        let rms = |w: Option<u64>| {
+            call(json!({"family": "rms_norm", "normalized": 4, "weight": w, "input": [2, 3, 4], "output": [2, 3, 4]}))
+        };
+        // N = 24, R = 6: with a weight 96 + 12 = 108; without 72 + 12 = 84.
+        assert_eq!(rms(Some(4)).flops(), Ok(108));
+        assert_eq!(rms(None).flops(), Ok(84));
+        assert_eq!(rms(Some(4)).macs(), Ok(48));
+        // 72 + 12 + 1 + 4 + 24 = 113.
+        assert_eq!(rms(Some(4)).dmas(), Ok(113));
+        let empty =
+            call(json!({"family": "rms_norm", "normalized": 0, "weight": null, "input": [2, 0], "output": [2, 0]}));
         assert!(empty.flops().is_err());
     }
 }

@@ -304,7 +304,10 @@ fn uncounted_diagnostic(name: &str, packet: &str, calls: u64) -> Diagnostic {
         "uncounted_operator",
         Severity::Warning,
         packet,
-        format!("{packet} ran {calls} time(s) and has no FLOP formula; its work is missing from the total"),
+        format!(
+            "{packet} ran {calls} time(s) and has no FLOP formula; its work is missing from the total (to count it, \
+             pass custom_mapping={{torch.ops.{packet}: formula}}, a function of the input and output shapes)"
+        ),
     )
 }
 

@@ -782,7 +782,11 @@ mod tests {
         assert_eq!(r.diagnostics.len(), 1);
         let d = &r.diagnostics[0];
         assert_eq!((d.code.as_str(), d.operator.as_deref()), ("uncounted_operator", Some("mylib.fused")));
-        assert_eq!(d.message, "mylib.fused ran 2 time(s) and has no FLOP formula; its work is missing from the total");
+        assert_eq!(
+            d.message,
+            "mylib.fused ran 2 time(s) and has no FLOP formula; its work is missing from the total (to count it, \
+             pass custom_mapping={torch.ops.mylib.fused: formula}, a function of the input and output shapes)"
+        );
         assert_eq!(r.by_phase["forward"].status, Status::Partial);
     }
 

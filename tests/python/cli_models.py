@@ -40,3 +40,41 @@ def not_a_module():
 
 
 instance = nn.Linear(6, 2)
+
+
+def _hugging_face(config_name, model_name, **config):
+    import transformers
+
+    torch.manual_seed(0)
+    return getattr(transformers, model_name)(getattr(transformers, config_name)(**config)).eval()
+
+
+_TRANSFORMER = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+
+
+def bert_small():
+    return _hugging_face("BertConfig", "BertModel", vocab_size=100, max_position_embeddings=64, **_TRANSFORMER)
+
+
+def gpt2_small():
+    return _hugging_face(
+        "GPT2Config",
+        "GPT2Model",
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        vocab_size=100,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+
+
+def llama_small():
+    return _hugging_face(
+        "LlamaConfig", "LlamaModel", num_key_value_heads=1, vocab_size=100, max_position_embeddings=64, **_TRANSFORMER
+    )
+
+
+def vit_small():
+    return _hugging_face("ViTConfig", "ViTModel", image_size=32, patch_size=8, **_TRANSFORMER)

@@ -74,8 +74,12 @@ def test_layer_norm():
         assert module_flops(module, (x,), module(x)) == flops
     ln = nn.LayerNorm(4)
     assert module_macs(ln, x, ln(x)) == 48
-    with pytest.warns(UserWarning, match="Module type not supported: LayerNorm"):
-        assert module_rf(ln, x, ln(x)) == (1.0, 1.0, 0.0)
+    # Over one (feature) dimension a LayerNorm is pointwise; over several it mixes positions and
+    # has no receptive field: warned, with the neutral triple (as for an unsupported module).
+    assert module_rf(ln, x, ln(x)) == (1.0, 1.0, 0.0)
+    wide = nn.LayerNorm([3, 4])
+    with pytest.warns(UserWarning, match="LayerNorm: not applicable"):
+        assert module_rf(wide, x, wide(x)) == (1.0, 1.0, 0.0)
 
 
 @pytest.mark.parametrize("bias, flops", [(False, 1592), (True, 1720)])

@@ -197,3 +197,45 @@ def test_activations_and_elementwise_math():
     y = torch.rand(4, 6) + 0.1
     report = report_of(lambda: torch.special.xlogy(y, y) + torch.lgamma(y) + torch.logit(y * 0.5))
     assert report["by_operator"]["aten.xlogy"] == report["by_operator"]["aten.lgamma"] == 24
+
+
+def test_grouped_expert_products():
+    # 6 tokens routed to 3 experts [8, 4] (offsets along the tokens): 2 x 6 x 8 x 4.
+    tokens, weights = torch.randn(6, 8), torch.randn(3, 8, 4)
+    offsets = torch.tensor([2, 4, 6], dtype=torch.int32)
+    report = report_of(lambda: torch._grouped_mm(tokens, weights, offs=offsets))
+    assert report["by_operator"] == {"aten._grouped_mm": 384}
+    assert report["by_category"] == {"matmul": 384}
+    # FlopCounterMode has no formula for it: it counts nothing.
+    assert fcm_total(lambda: torch._grouped_mm(tokens, weights, offs=offsets)) == 0
+
+
+def test_linear_algebra_by_lapack_counts():
+    a = torch.randn(4, 4) + 4 * torch.eye(4)
+    spd = a @ a.T
+    # (linalg.inv also checks the factorization's status: one `any` over a 1-element tensor.)
+    assert report_of(lambda: torch.linalg.inv(a))["by_operator"]["aten.linalg_inv_ex"] == 2 * 4**3
+    # LU (2/3 x 64 = 42.67) and two triangular solves for 2 right-hand sides (2 x 16 x 2): 107.
+    assert report_of(lambda: torch.linalg.solve(a, torch.randn(4, 2)))["by_category"]["linalg"] == 107
+    assert report_of(lambda: torch.linalg.cholesky(spd))["by_category"]["linalg"] == 21
+    eigh = report_of(lambda: torch.linalg.eigh(spd))["by_category"]["linalg"]
+    assert eigh == 9 * 64
+    # Complex matrices count 4x (a complex multiply-add is 8 real FLOPs).
+    z = torch.randn(4, 4, dtype=torch.complex64) + 4 * torch.eye(4)
+    assert report_of(lambda: torch.linalg.inv(z))["by_operator"]["aten.linalg_inv_ex"] == 4 * 128
+    # 3 x (6 x 4): thin SVD 14 m n^2 + 8 n^3 = 1856 each.
+    report = report_of(lambda: torch.linalg.svd(torch.randn(3, 6, 4), full_matrices=False))
+    assert report["by_operator"]["aten._linalg_svd"] == 3 * 1856
+
+
+def test_fourier_transforms():
+    x = torch.randn(4, 16)
+    # rfft: 4 transforms of 16 real points: 4 x 16 x 5 x 4 / 2 = 640.
+    assert report_of(lambda: torch.fft.rfft(x))["by_category"] == {"spectral": 640}
+    z = torch.randn(4, 16, dtype=torch.complex64)
+    assert report_of(lambda: torch.fft.fft(z))["by_operator"] == {"aten._fft_c2c": 1280}
+    # Orthonormal scaling: + 2 per complex output element.
+    assert report_of(lambda: torch.fft.fft(z, norm="ortho"))["by_operator"] == {"aten._fft_c2c": 1280 + 128}
+    # irfft back to 16 real points: 640, the same as the forward.
+    spectrum = torch.fft.rfft(x)
+    assert report_of(lambda: torch.fft.irfft(spectrum, n=16, norm="forward"))["by_operator"] == {"aten._fft_c2r": 640}

@@ -40,6 +40,9 @@ def _value(module: nn.Module, result: dict[str, Any], neutral: T) -> T:
     if "unsupported" in failure:
         warnings.warn(f"Module type not supported: {module.__class__.__name__}", stacklevel=3)
         return neutral
+    if "not_applicable" in failure:
+        warnings.warn(f"{type(module).__name__}: not applicable ({failure['not_applicable']})", stacklevel=3)
+        return neutral
     if "missing_tensor" in failure:
         raise ValueError(f"{type(module).__name__}: {failure['missing_tensor']}")
     raise NotImplementedError(f"{type(module).__name__}: {failure['error']}")

@@ -5,6 +5,7 @@ Python only reads attributes and shapes here; every number is computed in the Ru
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -24,7 +25,85 @@ _ACTIVATIONS: tuple[tuple[type[nn.Module], str], ...] = (
     (nn.ReLU6, "relu6"),
     (nn.Tanh, "tanh"),
     (nn.Sigmoid, "sigmoid"),
+    (nn.SiLU, "silu"),
+    (nn.Hardswish, "hardswish"),
+    (nn.Hardsigmoid, "hardsigmoid"),
+    (nn.Softplus, "softplus"),
+    (nn.Mish, "mish"),
 )
+
+# Hugging Face's activation modules (`transformers.activations`), by class name: each is a
+# module-level class whose forward is the function named.
+_HF_ACTIVATIONS: dict[str, str] = {
+    "GELUActivation": "gelu",
+    "NewGELUActivation": "gelu_tanh",
+    "FastGELUActivation": "gelu_tanh",
+    "AccurateGELUActivation": "gelu_tanh",
+    "PytorchGELUTanh": "gelu_tanh",
+    "GELUTanh": "gelu_tanh",
+    "QuickGELUActivation": "quick_gelu",
+    "ClippedGELUActivation": "clipped_gelu",
+    "SiLUActivation": "silu",
+    "MishActivation": "mish",
+}
+
+# Hugging Face rotary embeddings whose forward is Llama's (cos and sin of positions times the
+# inverse frequencies, scaled), with the default RoPE (other types may recompute frequencies).
+_HF_ROTARY = frozenset(
+    {
+        "LlamaRotaryEmbedding",
+        "MistralRotaryEmbedding",
+        "MixtralRotaryEmbedding",
+        "Qwen2RotaryEmbedding",
+        "Qwen2MoeRotaryEmbedding",
+        "Qwen3RotaryEmbedding",
+        "Qwen3MoeRotaryEmbedding",
+        "Phi3RotaryEmbedding",
+    }
+)
+
+# Hugging Face RMS norms whose forward is `weight * x / sqrt(mean(x^2) + eps)` (Gemma's, which
+# scales by `1 + weight`, is not one of them).
+_HF_RMS_NORMS = frozenset(
+    {
+        "LlamaRMSNorm",
+        "MistralRMSNorm",
+        "MixtralRMSNorm",
+        "Qwen2RMSNorm",
+        "Qwen2MoeRMSNorm",
+        "Qwen3RMSNorm",
+        "Qwen3MoeRMSNorm",
+        "Phi3RMSNorm",
+        "T5LayerNorm",
+    }
+)
+
+
+def _hugging_face(module: nn.Module) -> dict[str, Any] | None:
+    """Descriptors of the Hugging Face modules with a known forward (by class and module name)."""
+    cls = type(module)
+    if not cls.__module__.startswith("transformers."):
+        return None
+    name = cls.__name__
+    if name in _HF_ACTIVATIONS and cls.__module__ == "transformers.activations":
+        return {"family": "activation", "kind": _HF_ACTIVATIONS[name], "inplace": False}
+    weight = module._parameters.get("weight")
+    if name in _HF_RMS_NORMS and weight is not None and weight.ndim == 1:
+        return {"family": "rms_norm", "normalized": weight.numel(), "weight": weight.numel()}
+    inv_freq = module._buffers.get("inv_freq")
+    if name in _HF_ROTARY and getattr(module, "rope_type", None) == "default" and inv_freq is not None:
+        return {"family": "rotary_embedding", "dim": 2 * inv_freq.numel()}
+    # GPT-2's Conv1D: `x @ weight + bias` with weight [in, out], a Linear with its weight transposed.
+    if name == "Conv1D" and weight is not None and weight.ndim == 2:
+        bias = module._parameters.get("bias")
+        return {
+            "family": "linear",
+            "in_features": weight.shape[0],
+            "out_features": weight.shape[1],
+            "bias": bias is not None,
+            "num_params": _num_params(module),
+        }
+    return None
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:
@@ -79,6 +158,8 @@ def family(module: nn.Module) -> dict[str, Any]:
     for cls, kind in _ACTIVATIONS:
         if isinstance(module, cls):
             return {"family": "activation", "kind": kind, "inplace": bool(getattr(module, "inplace", False))}
+    if isinstance(module, nn.GELU):
+        return {"family": "activation", "kind": "gelu_tanh" if module.approximate == "tanh" else "gelu"}
     if isinstance(module, _ConvTransposeNd):
         return {
             "family": "conv_transpose",
@@ -142,6 +223,11 @@ def family(module: nn.Module) -> dict[str, Any]:
         }
     if isinstance(module, nn.Dropout):
         return {"family": "dropout", "p": float(module.p), "training": module.training, "inplace": module.inplace}
+    if type(module) is nn.Embedding:
+        return {"family": "embedding", "max_norm": module.max_norm is not None}
+    if type(module) is nn.RMSNorm:
+        weight = module._parameters.get("weight")
+        return {"family": "rms_norm", "normalized": math.prod(module.normalized_shape), "weight": _numel(weight)}
     if isinstance(module, nn.LayerNorm):
         return {
             "family": "layer_norm",
@@ -150,7 +236,7 @@ def family(module: nn.Module) -> dict[str, Any]:
             "bias": _numel(module.bias),
             "exact_type": type(module) is nn.LayerNorm,
         }
-    return {"family": "unsupported", "type": type(module).__name__}
+    return _hugging_face(module) or {"family": "unsupported", "type": type(module).__name__}
 
 
 def _attention_params(module: nn.MultiheadAttention) -> dict[str, Any]:

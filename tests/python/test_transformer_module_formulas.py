@@ -1,0 +1,72 @@
+"""Module formulas for transformer and mobile families (issue 15): crawl_module's module-formula
+totals are complete on BERT, GPT-2, Llama and ViT (small random configurations), torchvision's ViT
+and MobileNetV3, and `torchscan MODEL --strict` exits 0 for them. Where a family's module formula
+is the operator count's arithmetic (RMSNorm, rotary embeddings), the two agree exactly."""
+
+import pytest
+import torch
+import torchvision
+
+import cli_models
+import torchscan
+from test_cli import run
+
+pytest.importorskip("transformers")
+
+TOTALS = ("module_flops", "macs", "dmas", "operator_flops")
+
+
+def tokens():
+    return torch.randint(0, 100, (2, 16))
+
+
+@pytest.mark.parametrize(
+    "factory, inputs",
+    [
+        (cli_models.bert_small, tokens),
+        (cli_models.gpt2_small, tokens),
+        (cli_models.llama_small, tokens),
+        (cli_models.vit_small, lambda: torch.randn(1, 3, 32, 32)),
+        (
+            lambda: torchvision.models.VisionTransformer(
+                image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64
+            ).eval(),
+            lambda: torch.randn(1, 3, 32, 32),
+        ),
+        (lambda: torchvision.models.mobilenet_v3_small().eval(), lambda: torch.randn(1, 3, 64, 64)),
+    ],
+)
+def test_module_formula_totals_are_complete(factory, inputs):
+    report = torchscan.crawl_module(factory(), args=(inputs(),), strict=True)
+    assert {name: report["totals"][name]["status"] for name in TOTALS} == dict.fromkeys(TOTALS, "complete")
+    assert report["diagnostics"] == []
+
+
+def test_rms_norm_and_rotary_module_formulas_equal_their_operator_counts():
+    report = torchscan.crawl_module(cli_models.llama_small(), args=(tokens(),))
+    checked = set()
+    for layer in report["layers"]:
+        if layer["type"] in ("LlamaRMSNorm", "LlamaRotaryEmbedding"):
+            metrics = layer["metrics"]
+            assert metrics["module_flops"]["value"] == metrics["operator_flops"]["value"] > 0, layer["path"]
+            checked.add(layer["type"])
+    assert checked == {"LlamaRMSNorm", "LlamaRotaryEmbedding"}
+    # RMSNorm(32) on [2, 16, 32]: N = 1024, R = 32: 4N + 2R = 4160.
+    norm = next(layer for layer in report["layers"] if layer["type"] == "LlamaRMSNorm")
+    assert norm["metrics"]["module_flops"]["value"] == 4160
+
+
+def test_layer_norm_over_several_dimensions_has_no_receptive_field():
+    norm = torch.nn.LayerNorm([4, 6, 6])
+    report = torchscan.crawl_module(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), norm), (3, 8, 8), strict=True)
+    rf = report["layers"][2]["metrics"]["receptive_field"]
+    assert (rf["status"], rf["method"]) == ("unavailable", "not_applicable")
+    token_norm = torchscan.crawl_module(torch.nn.LayerNorm(8), (5, 8))["layers"][0]["metrics"]["receptive_field"]
+    assert (token_norm["status"], token_norm["value"]) == ("complete", 1.0)
+
+
+@pytest.mark.parametrize("model", ["bert_small", "llama_small"])
+def test_strict_command_line_succeeds_on_transformers(tmp_path, model):
+    result = run(f"cli_models:{model}", "--input-shape", "16", "--dtype", "int64", "--strict", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Module-formula forward FLOPs" in result.stdout
