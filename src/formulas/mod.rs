@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod detection;
 pub mod docs;
 pub mod fft;
 pub mod ignored;
@@ -105,6 +106,9 @@ pub enum FormulaError {
     SparseLayout(i64),
     /// Complex operands where the formula has no count of real operations.
     Complex,
+    /// The work depends on the data in a way the arguments' shapes do not show (RoI Align with
+    /// an adaptive sampling ratio).
+    DataDependent,
 }
 
 impl FormulaError {
@@ -120,6 +124,9 @@ impl FormulaError {
                  non-zeros are), and a dense price would be wrong",
                 crate::args::layout_name(layout)
             ),
+            FormulaError::DataDependent => {
+                "the work depends on the data (not only on the shapes), which the formula does not see".to_string()
+            }
             FormulaError::Complex => {
                 "complex operands: this formula counts real arithmetic on real tensors only".to_string()
             }
@@ -256,6 +263,15 @@ const FFT: &Convention = &Convention {
     rule: "5 n log2 n per complex transform of length n, half for real input or output; +2 per complex (1 per \
            real) output element when normalized",
     source: "Cooley-Tukey radix-2 count (FFTW's benchmark convention)",
+};
+const NMS: &Convention = &Convention {
+    rule: "the worst case: N ceil(log2 N) to sort, 3 per box, 13 per pair of boxes (IoU and threshold)",
+    source: TORCHSCAN,
+};
+const ROI_ALIGN: &Convention = &Convention {
+    rule: "per output element, s^2 samples of 4 bilinear taps and an accumulate, and an average (5 s^2 + 1); \
+           backward 4 s^2 + 1; an adaptive sampling ratio is data-dependent (not priced)",
+    source: TORCHSCAN,
 };
 const SOFTMAX: &Convention = &Convention { rule: "per element: forward 5 FLOPs, backward 4", source: TORCHSCAN };
 const SDPA: &Convention = &Convention {
@@ -821,6 +837,10 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_fft_c2c", Spectral, fft::c2c, FFT),
     row!("aten::_fft_r2c", Spectral, fft::r2c, FFT),
     row!("aten::_fft_c2r", Spectral, fft::c2r, FFT),
+    // Detection (torchvision).
+    row!("torchvision::nms", Reduction, detection::nms, NMS),
+    row!("torchvision::roi_align", Pooling, detection::roi_align, ROI_ALIGN),
+    row!("torchvision::_roi_align_backward", Pooling, detection::roi_align_backward, ROI_ALIGN),
     // Pairwise distances.
     row!("aten::_cdist_forward", Matmul, matmul::cdist, DISTANCE),
     row!("aten::_cdist_backward", Matmul, matmul::cdist_backward, DISTANCE),

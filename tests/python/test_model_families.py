@@ -1,0 +1,129 @@
+"""Whole models of the families issue 15 names, built with random weights, report `complete`:
+torchvision detection (Faster R-CNN, Mask R-CNN) and RAFT, Hugging Face Mixtral (mixture of
+experts) and DETR from small configurations, and recurrent layers (LSTM, GRU, RNN; one and two
+directions; padded and packed sequences) in training steps. The detection operators are also
+checked alone against hand-computed counts."""
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import torchscan
+
+
+def complete(workload):
+    report = torchscan.measure_flops(workload)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["diagnostics"] == []
+    return report
+
+
+def test_detection_operators_by_hand():
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0]] * 10) + torch.arange(10.0)[:, None]
+    scores = torch.rand(10)
+    # Worst case for 10 boxes: 10 x 4 to sort, 3 x 10 areas, 13 x 45 pairs = 655.
+    report = complete(lambda: torchvision.ops.nms(boxes, scores, 0.5))
+    assert report["by_operator"]["torchvision.nms"] == 655
+    features = torch.rand(1, 4, 16, 16, requires_grad=True)
+    rois = torch.tensor([[0, 0.0, 0.0, 8.0, 8.0], [0, 4.0, 4.0, 12.0, 12.0], [0, 1.0, 2.0, 9.0, 15.0]])
+    report = complete(lambda: torchvision.ops.roi_align(features, rois, 2, 0.5, sampling_ratio=2).sum().backward())
+    # 3 boxes x 4 channels x 2 x 2 bins: 48 outputs; forward 5 x 4 + 1, backward 4 x 4 + 1.
+    assert report["by_operator"]["torchvision.roi_align"] == 48 * 21
+    assert report["by_operator"]["torchvision._roi_align_backward"] == 48 * 17
+
+
+def test_adaptive_roi_align_is_named_not_guessed():
+    features, rois = torch.rand(1, 4, 16, 16), torch.tensor([[0, 0.0, 0.0, 8.0, 8.0]])
+    report = torchscan.measure_flops(lambda: torchvision.ops.roi_align(features, rois, 2, 0.5, sampling_ratio=0))
+    assert report["total"]["status"] == "partial"
+    (diagnostic,) = report["diagnostics"]
+    assert diagnostic["operator"] == "torchvision.roi_align" and "depends on the data" in diagnostic["message"]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, num_classes=3
+        ),
+        lambda: torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=3),
+    ],
+    ids=["fasterrcnn_mobilenet", "maskrcnn"],
+)
+def test_detection_models_are_complete(build):
+    torch.manual_seed(0)
+    model = build().eval()
+    images = [torch.rand(3, 128, 160)]
+    with torch.no_grad():
+        report = complete(lambda: model(images))
+    assert report["by_operator"]["torchvision.nms"] > 0
+    assert report["by_operator"]["torchvision.roi_align"] > 0
+
+
+def test_optical_flow_is_complete():
+    torch.manual_seed(0)
+    raft = torchvision.models.optical_flow.raft_small(weights=None).eval()
+    frame = torch.rand(1, 3, 128, 128)
+    with torch.no_grad():
+        report = complete(lambda: raft(frame, frame, num_flow_updates=2))
+    assert report["by_operator"]["aten.grid_sampler_2d"] > 0
+
+
+def test_mixture_of_experts_and_detr_are_complete():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    mixtral = transformers.MixtralModel(
+        transformers.MixtralConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+            vocab_size=100,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            max_position_embeddings=64,
+        )
+    ).eval()
+    with torch.no_grad():
+        complete(lambda: mixtral(torch.randint(0, 100, (1, 12))))
+    backbone = transformers.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], out_features=["stage4"]
+    )
+    detr = transformers.DetrForObjectDetection(
+        transformers.DetrConfig(
+            use_timm_backbone=False,
+            use_pretrained_backbone=False,
+            backbone=None,
+            backbone_config=backbone,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            num_queries=10,
+        )
+    ).eval()
+    with torch.no_grad():
+        complete(lambda: detr(pixel_values=torch.rand(1, 3, 64, 64)))
+
+
+@pytest.mark.parametrize("cell", [nn.LSTM, nn.GRU, nn.RNN])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("packed", [False, True])
+def test_recurrent_training_steps_are_complete(cell, bidirectional, packed):
+    torch.manual_seed(0)
+    layer = cell(8, 16, num_layers=2, bidirectional=bidirectional)
+    x = torch.randn(5, 3, 8)
+    if packed:
+        x = nn.utils.rnn.pack_padded_sequence(x, [5, 3, 2])
+
+    def step():
+        out = layer(x)[0]
+        (out.data if packed else out).sum().backward()
+
+    report = complete(step)
+    assert report["by_phase"]["backward"]["value"] > 0
