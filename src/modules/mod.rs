@@ -14,6 +14,7 @@ mod embedding;
 pub(crate) mod linear;
 pub(crate) mod norm;
 mod pool;
+mod recurrent;
 mod transformer;
 
 use serde::ser::SerializeMap;
@@ -45,6 +46,7 @@ pub enum Module {
     RmsNorm(norm::RmsNorm),
     Embedding(embedding::Embedding),
     RotaryEmbedding(embedding::Rotary),
+    Recurrent(recurrent::Recurrent),
     MaxPool(pool::Pool),
     AvgPool(pool::Pool),
     AdaptiveMaxPool(pool::Adaptive),
@@ -184,6 +186,7 @@ impl Call {
             RmsNorm(m) => m.flops(shapes()?.0),
             Embedding(m) => m.flops(),
             RotaryEmbedding(m) => m.flops(numel(shapes()?.1)?),
+            Recurrent(m) => m.flops(shapes()?.0),
             MaxPool(m) => pool::max_flops(m, shapes()?.1),
             AvgPool(m) => pool::avg_flops(m, shapes()?.1),
             AdaptiveMaxPool(m) => shapes().and_then(|(input, output)| pool::adaptive_max_flops(m, input, output)),
@@ -199,6 +202,7 @@ impl Call {
             Identity | Flatten | Activation(_) | Dropout(_) | RotaryEmbedding(_) => Ok(0),
             Embedding(m) => m.flops(),
             RmsNorm(m) => m.macs(shapes()?.0),
+            Recurrent(m) => m.macs(shapes()?.0),
             Unsupported { type_name } => Err(Failure::Unsupported(type_name.clone())),
             Transformer(_) => Err(Failure::Unsupported("Transformer".into())),
             MultiheadAttention(m) => m.macs(),
@@ -232,6 +236,7 @@ impl Call {
             RmsNorm(m) => m.dmas(sizes()?.0),
             Embedding(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
             RotaryEmbedding(m) => m.dmas(sizes()?.3),
+            Recurrent(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
             MaxPool(m) => pool::max_dmas(m, sizes()?.1),
             AvgPool(m) => pool::avg_dmas(m, sizes()?.1),
             AdaptiveMaxPool(m) => sizes().and_then(|(input, output, _, _)| pool::adaptive_max_dmas(m, input, output)),
@@ -258,6 +263,7 @@ impl Call {
             // several trailing dimensions mixes positions: no receptive field to state.
             LayerNorm(m) if m.normalized_shape.len() == 1 => Ok(POINTWISE_RF),
             LayerNorm(_) => Err(Failure::NotApplicable("it normalizes across positions".into())),
+            Recurrent(_) => Err(Failure::NotApplicable("each step depends on every earlier step".into())),
             RmsNorm(_) | RotaryEmbedding(_) => Ok(POINTWISE_RF),
             // No receptive-field formula (as in torchscan 0.2): reported, not guessed.
             MultiheadAttention(_) => Err(Failure::Unsupported("MultiheadAttention".into())),

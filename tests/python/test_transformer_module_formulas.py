@@ -70,3 +70,17 @@ def test_strict_command_line_succeeds_on_transformers(tmp_path, model):
     result = run(f"cli_models:{model}", "--input-shape", "16", "--dtype", "int64", "--strict", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Module-formula forward FLOPs" in result.stdout
+
+
+def test_recurrent_module_formulas():
+    # Two bidirectional LSTM layers on [5, 3, 8]: 15 rows x (2 x 3584 + 2 x 6656) (see
+    # src/modules/recurrent.rs), complete under strict; the receptive field is not applicable.
+    lstm = torch.nn.LSTM(8, 16, num_layers=2, bidirectional=True)
+    report = torchscan.crawl_module(lstm, args=(torch.randn(5, 3, 8),), strict=True)
+    metrics = report["layers"][0]["metrics"]
+    assert metrics["module_flops"]["value"] == 15 * 20_480
+    assert metrics["receptive_field"]["method"] == "not_applicable"
+    # A packed GRU counts its packed rows (5 + 3 + 2): 10 x 2704.
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(5, 3, 8), [5, 3, 2])
+    report = torchscan.crawl_module(torch.nn.GRU(8, 16), args=(packed,), strict=True)
+    assert report["layers"][0]["metrics"]["module_flops"]["value"] == 27_040

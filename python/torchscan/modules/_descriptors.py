@@ -223,6 +223,18 @@ def family(module: nn.Module) -> dict[str, Any]:
         }
     if isinstance(module, nn.Dropout):
         return {"family": "dropout", "p": float(module.p), "training": module.training, "inplace": module.inplace}
+    if isinstance(module, nn.RNNBase) and module.mode in ("LSTM", "GRU", "RNN_TANH", "RNN_RELU"):
+        return {
+            "family": "recurrent",
+            "mode": module.mode.lower(),
+            "input_size": module.input_size,
+            "hidden_size": module.hidden_size,
+            "num_layers": module.num_layers,
+            "bidirectional": module.bidirectional,
+            "bias": module.bias,
+            "proj_size": module.proj_size,
+            "num_params": _num_params(module),
+        }
     if type(module) is nn.Embedding:
         return {"family": "embedding", "max_norm": module.max_norm is not None}
     if type(module) is nn.RMSNorm:
