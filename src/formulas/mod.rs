@@ -220,7 +220,8 @@ const LSTM: &Convention = &Convention {
 };
 const SORTING: &Convention = &Convention {
     rule: "comparisons from the input shape: sort n ceil(log2 n) per row (the worst case), unique that + n, \
-           topk n ceil(log2(k + 1)) per row, kthvalue and median n per row, histc 3 per element (+2 when min == max)",
+           topk n ceil(log2(k + 1)) per row, kthvalue and median n per row, histc 3 per element (+2 when min == max), \
+           isin by PyTorch's own choice (n m pairs, or a sort of both)",
     source: TORCHSCAN,
 };
 const SCATTER: &Convention = &Convention {
@@ -243,8 +244,8 @@ const RMS_NORM: &Convention = &Convention {
     source: TORCHSCAN,
 };
 const FUSED_OPTIMIZER: &Convention = &Convention {
-    rule: "per parameter element, the arithmetic of the same step with foreach=True (Adam 13, SGD 1-3, + weight \
-           decay, amsgrad, Nesterov, maximize, gradient scale: 1 each)",
+    rule: "per parameter element, the arithmetic of the same step with foreach=True (Adam 13, Adagrad 9, SGD 1-3, \
+           + weight decay, amsgrad, Nesterov, maximize, gradient scale: 1 each)",
     source: TORCHSCAN,
 };
 const GRID: &Convention = &Convention {
@@ -667,6 +668,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_fused_adam_", Pointwise, pointwise::fused_adam, FUSED_OPTIMIZER),
     row!("aten::_fused_adamw_", Pointwise, pointwise::fused_adam, FUSED_OPTIMIZER),
     row!("aten::_fused_sgd_", Pointwise, pointwise::fused_sgd, FUSED_OPTIMIZER),
+    row!("aten::_fused_adagrad_", Pointwise, pointwise::fused_adagrad, FUSED_OPTIMIZER),
     row!("aten::_foreach_norm", Reduction, pointwise::foreach::<2>, FOREACH_NORM),
     // Tests, comparisons and logic: one per element.
     pointwise!("aten::eq"),
@@ -727,6 +729,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::nanmedian", Reduction, select::median, SORTING),
     row!("aten::_unique2", Reduction, select::unique, SORTING),
     row!("aten::histc", Reduction, select::histc, SORTING),
+    row!("aten::isin", Reduction, select::isin, SORTING),
     // Accumulating writes.
     row!("aten::embedding_dense_backward", Reduction, reduction::one_per_source_element, ACCUMULATE),
     row!("aten::index_put", Reduction, reduction::index_put, ACCUMULATE),

@@ -124,6 +124,16 @@ pub fn fused_sgd(args: &Args) -> Result<u64, FormulaError> {
     mul(list_elements(args)?, per)
 }
 
+/// `_fused_adagrad_(self, grads, state_sums, state_steps, lr, lr_decay, weight_decay, eps,
+/// maximize, grad_scale, found_inf)`: per parameter element, the arithmetic of the same step with
+/// `foreach=True` (9: the squared-gradient sum 3, its root 1, eps 1, the step size 1, the update
+/// 3), +1 with weight decay, +1 to maximize, +1 with a gradient scale.
+pub fn fused_adagrad(args: &Args) -> Result<u64, FormulaError> {
+    let decay = u64::from(scalar(args, 6).unwrap_or(0.0) != 0.0);
+    let per = 9 + decay + flag(args, 8) + has_tensor(args, 9);
+    mul(list_elements(args)?, per)
+}
+
 /// `max`/`min`: the `other` overload is elementwise (1 per broadcast element), the others
 /// reduce `self` (1 per input element, the reduction convention).
 pub fn elementwise_or_reduction(args: &Args) -> Result<u64, FormulaError> {
@@ -369,5 +379,24 @@ mod tests {
         assert_eq!(sgd(0.0, 0.9, false, false), Ok(330));
         assert_eq!(sgd(0.0, 0.9, false, true), Ok(110), "the first step copies the gradient into the buffer");
         assert_eq!(sgd(1e-4, 0.9, true, false), Ok(550));
+    }
+
+    #[test]
+    fn fused_adagrad_counts_what_the_foreach_step_does() {
+        let adagrad = |decay: f64, maximize: bool| {
+            with_args(
+                |s| {
+                    optimizer_lists(s, 4);
+                    for v in [0.01, 0.0, decay, 1e-10] {
+                        double(s, v);
+                    }
+                    boolean(s, maximize);
+                    none(s);
+                },
+                fused_adagrad,
+            )
+        };
+        assert_eq!(adagrad(0.0, false), Ok(110 * 9));
+        assert_eq!(adagrad(0.1, true), Ok(110 * 11));
     }
 }

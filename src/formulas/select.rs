@@ -7,6 +7,10 @@
 //! - `topk`: `n ceil(log2(k + 1))` comparisons per row: every element is compared with a heap of
 //!   `k` and sifted down at most its height;
 //! - `kthvalue`, `median`: `n` comparisons per row (one selection pass; the reduction convention);
+//! - `isin`: PyTorch's own choice of algorithm, from the sizes: `n m` comparisons when the `m`
+//!   test elements are fewer than `floor(10 n^0.145)` (each element against each test element), else a
+//!   sort of both (`(n + m) ceil(log2(n + m))`) and a pass over them (`n + m`); one comparison per
+//!   element against a scalar;
 //! - `histc`: 3 per element (the bin index: a subtract and a scale; the count's increment), + 2
 //!   when `min == max` (the data's own minimum and maximum are computed first);
 //! - scattered accumulation (`scatter_add`, `scatter_reduce`, `scatter` with `reduce`,
@@ -87,6 +91,26 @@ fn scalar(args: &Args, index: usize) -> Option<f64> {
         Arg::Double(v) => Some(v),
         Arg::Int(v) => Some(v as f64),
         _ => None,
+    }
+}
+
+/// `isin.Tensor_Tensor(elements, test_elements, ...)`, `isin.Tensor_Scalar(elements, test, ...)`
+/// and `isin.Scalar_Tensor(element, test_elements, ...)`.
+pub fn isin(args: &Args) -> Result<u64, FormulaError> {
+    let numel = |i: usize| args.tensor(i).map(|t| t.numel().ok_or(FormulaError::Overflow));
+    match (numel(0).transpose()?, numel(1).transpose()?) {
+        (Some(n), Some(m)) => {
+            // aten/src/ATen/native/TensorCompare.cpp: the brute-force kernel below this size
+            // (`static_cast<int64_t>(10.0f * std::pow(double(n), 0.145))`, truncated).
+            if m < (10.0 * (n as f64).powf(0.145)) as u64 {
+                mul(n, m)
+            } else {
+                let total = add(n, m)?;
+                add(sorted_rows(1, total)?, total)
+            }
+        }
+        (Some(n), None) | (None, Some(n)) => Ok(n),
+        (None, None) => Err(FormulaError::MissingTensor(0)),
     }
 }
 
@@ -319,5 +343,32 @@ mod tests {
         );
         assert_eq!(backward, Ok(40));
         assert_eq!(with_args(|s| tensor(s, &[3, 5]), trace), Ok(3));
+    }
+
+    #[test]
+    fn membership_tests() {
+        let isin_of = |n: i64, m: i64| {
+            with_args(
+                |s| {
+                    tensor(s, &[n]);
+                    tensor(s, &[m]);
+                },
+                isin,
+            )
+        };
+        // 6 elements, 1 test element (1 < floor(10 x 6^0.145) = 12): brute force, 6 comparisons.
+        assert_eq!(isin_of(6, 1), Ok(6));
+        // 6 against 11 (below 12): 66; against 12 (not below): sort 18 x 5 + 18 = 108.
+        assert_eq!(isin_of(6, 11), Ok(66));
+        assert_eq!(isin_of(6, 12), Ok(108));
+        // Against a scalar: one comparison per element.
+        let scalar = with_args(
+            |s| {
+                tensor(s, &[6]);
+                int(s, 2);
+            },
+            isin,
+        );
+        assert_eq!(scalar, Ok(6));
     }
 }

@@ -105,6 +105,8 @@ def optimizer_step_flops(make, **options):
         (torch.optim.Adam, {"weight_decay": 0.1, "amsgrad": True}),
         (torch.optim.AdamW, {}),
         (torch.optim.AdamW, {"maximize": True}),
+        (torch.optim.Adagrad, {}),
+        (torch.optim.Adagrad, {"weight_decay": 0.1, "maximize": True}),
         (torch.optim.SGD, {"lr": 0.1}),
         (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
         (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}),
