@@ -10,6 +10,38 @@
 use super::{add, mul, require_tensor, FormulaError};
 use crate::args::{Arg, Args};
 
+/// Cells of CTC's alignment lattices: `sum_b input_length_b x (2 target_length_b + 1)`, from
+/// the length lists at `inputs` and `targets` (the `.Tensor` overloads hide them: data-dependent).
+fn ctc_cells(args: &Args, inputs: usize, targets: usize) -> Result<u64, FormulaError> {
+    let (inputs, targets) = match (args.int_list(inputs), args.int_list(targets)) {
+        (Some(i), Some(t)) if i.len() == t.len() => (i, t),
+        (Some(_), Some(_)) => return Err(FormulaError::UnexpectedShape),
+        _ => return Err(FormulaError::DataDependent),
+    };
+    let mut cells = 0u64;
+    for (&steps, &labels) in inputs.iter().zip(targets) {
+        let steps = u64::try_from(steps).map_err(|_| FormulaError::UnexpectedShape)?;
+        let states = u64::try_from(labels).map_err(|_| FormulaError::UnexpectedShape)?;
+        cells = add(cells, mul(steps, add(mul(2, states)?, 1)?)?)?;
+    }
+    Ok(cells)
+}
+
+/// `_ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)`: the
+/// forward lattice, 13 FLOPs per cell (the log-sum-exp of up to three predecessors: 2 maxima, 3
+/// differences, 3 exponentials, 2 adds, a logarithm and the maximum's add; the emission's add).
+pub fn ctc_loss(args: &Args) -> Result<u64, FormulaError> {
+    mul(ctc_cells(args, 2, 3)?, 13)
+}
+
+/// `_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, ...)`: the
+/// backward lattice and the alignment posteriors (twice the forward's cells), and 3 per
+/// log-probability for its gradient (an exponential, a difference, the gradient's scale).
+pub fn ctc_loss_backward(args: &Args) -> Result<u64, FormulaError> {
+    let probabilities = require_tensor(args, 1)?.numel().ok_or(FormulaError::Overflow)?;
+    add(mul(ctc_cells(args, 3, 4)?, 26)?, mul(probabilities, 3)?)
+}
+
 /// `reduction` (`torch.nn._reduction`): 0 none, 1 mean, 2 sum.
 const REDUCTION_NONE: i64 = 0;
 
@@ -191,5 +223,43 @@ mod tests {
             binary_cross_entropy_backward,
         );
         assert_eq!(bwd, Ok(144));
+    }
+
+    #[test]
+    fn ctc_lattices() {
+        // Two sequences: 7 steps for 3 labels (7 x 7 = 49 cells) and 5 steps for 2 (5 x 5 = 25).
+        let forward = with_args(
+            |s| {
+                tensor(s, &[7, 2, 5]);
+                tensor(s, &[2, 3]);
+                ints(s, &[7, 5]);
+                ints(s, &[3, 2]);
+                int(s, 0);
+            },
+            ctc_loss,
+        );
+        assert_eq!(forward, Ok(74 * 13));
+        let backward = with_args(
+            |s| {
+                tensor(s, &[2]);
+                tensor(s, &[7, 2, 5]);
+                tensor(s, &[2, 3]);
+                ints(s, &[7, 5]);
+                ints(s, &[3, 2]);
+            },
+            ctc_loss_backward,
+        );
+        assert_eq!(backward, Ok(74 * 26 + 70 * 3));
+        // The Tensor overload's lengths are data the formula does not see.
+        let hidden = with_args(
+            |s| {
+                tensor(s, &[7, 2, 5]);
+                tensor(s, &[2, 3]);
+                tensor(s, &[2]);
+                tensor(s, &[2]);
+            },
+            ctc_loss,
+        );
+        assert_eq!(hidden, Err(FormulaError::DataDependent));
     }
 }

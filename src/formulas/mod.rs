@@ -274,6 +274,11 @@ const ROI_ALIGN: &Convention = &Convention {
            backward 4 s^2 + 1; an adaptive sampling ratio is data-dependent (not priced)",
     source: TORCHSCAN,
 };
+const CTC: &Convention = &Convention {
+    rule: "13 FLOPs per alignment-lattice cell (sum over the batch of input length x (2 target length + 1)); \
+           backward 26 per cell + 3 per log-probability; lengths given as tensors are data-dependent",
+    source: TORCHSCAN,
+};
 const SOFTMAX: &Convention = &Convention { rule: "per element: forward 5 FLOPs, backward 4", source: TORCHSCAN };
 const SDPA: &Convention = &Convention {
     rule: "QK^T and AV products at 2 FLOPs per multiply-accumulate; causal not halved",
@@ -360,6 +365,11 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::dot", Matmul, matmul::dot, PYTORCH),
     row!("aten::vdot", Matmul, matmul::dot, PYTORCH),
     row!("aten::_grouped_mm", Matmul, matmul::grouped_mm, PYTORCH),
+    // Low-precision (fp8) products: the scales are per tensor, row or block, not counted.
+    row!("aten::_scaled_mm", Matmul, matmul::mm, PYTORCH),
+    row!("aten::_scaled_mm_v2", Matmul, matmul::mm, PYTORCH),
+    row!("aten::_scaled_grouped_mm", Matmul, matmul::grouped_mm, PYTORCH),
+    row!("aten::_scaled_grouped_mm_v2", Matmul, matmul::grouped_mm, PYTORCH),
     // Convolutions: the outermost claims the call, so backend variants below never double count.
     row!("aten::convolution", Conv, conv::convolution, PYTORCH),
     row!("aten::_convolution", Conv, conv::convolution, PYTORCH),
@@ -755,6 +765,8 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::huber_loss_backward", Loss, loss::huber_loss_backward, ELEMENTWISE_LOSS),
     row!("aten::smooth_l1_loss", Loss, loss::huber_loss, ELEMENTWISE_LOSS),
     row!("aten::smooth_l1_loss_backward", Loss, loss::huber_loss_backward, ELEMENTWISE_LOSS),
+    row!("aten::_ctc_loss", Loss, loss::ctc_loss, CTC),
+    row!("aten::_ctc_loss_backward", Loss, loss::ctc_loss_backward, CTC),
     row!("aten::binary_cross_entropy", Loss, loss::binary_cross_entropy, ELEMENTWISE_LOSS),
     row!("aten::binary_cross_entropy_backward", Loss, loss::binary_cross_entropy_backward, ELEMENTWISE_LOSS),
     // Recurrent layers run as one kernel (nn.LSTM on CPU).

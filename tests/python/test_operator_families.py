@@ -241,3 +241,25 @@ def test_fourier_transforms():
     # irfft back to 16 real points: 640, the same as the forward.
     spectrum = torch.fft.rfft(x)
     assert report_of(lambda: torch.fft.irfft(spectrum, n=16, norm="forward"))["by_operator"] == {"aten._fft_c2r": 640}
+
+
+def test_ctc_loss_lattices():
+    log_probs = torch.randn(7, 2, 5).log_softmax(2).requires_grad_()
+    targets, inputs, labels = torch.tensor([[1, 2, 3], [1, 2, 0]]), torch.tensor([7, 5]), torch.tensor([3, 2])
+    report = report_of(lambda: F.ctc_loss(log_probs, targets, inputs, labels).backward())
+    # Lattices 7 x (2 x 3 + 1) + 5 x (2 x 2 + 1) = 74 cells: 13 each forward; backward 26 each and 3
+    # per log-probability (70).
+    assert report["by_operator"]["aten._ctc_loss"] == 74 * 13
+    assert report["by_operator"]["aten._ctc_loss_backward"] == 74 * 26 + 70 * 3
+
+
+def test_fp8_scaled_products_agree_with_flop_counter_mode():
+    a = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    b = torch.randn(64, 32).to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0)
+
+    def product():
+        return torch._scaled_mm(a, b, one, one, out_dtype=torch.float32)
+
+    assert report_of(product)["by_operator"] == {"aten._scaled_mm": 2 * 16 * 32 * 64}
+    assert fcm_total(product) == 2 * 16 * 32 * 64
