@@ -221,6 +221,8 @@ def _roots(modules: object) -> list[nn.Module] | None:
 def _config(modules: object, custom_mapping: object, threads: object) -> _Config:
     roots = _roots(modules)
     formulas = _formulas(custom_mapping)
+    registered = {name: priced for name, priced in _registered_formulas().items() if name not in formulas}
+    formulas.update(registered)
     if not isinstance(threads, str):
         raise TypeError(f'threads must be "current" or "all", got {type(threads).__name__}')
     if threads not in ("current", "all"):
@@ -228,6 +230,7 @@ def _config(modules: object, custom_mapping: object, threads: object) -> _Config
     native = {
         "torch_version": torch.__version__,
         "custom_operators": sorted(formulas),
+        "registered_operators": sorted(registered),
         "threads": threads,
         "modules": "all" if roots is None else "named",
     }
@@ -275,6 +278,45 @@ def _formulas(custom_mapping: object) -> dict[str, tuple[str, CustomFormula]]:
         qualified = key._qualified_op_name
         formulas[qualified] = (qualified.replace("::", ".", 1), formula)
     return formulas
+
+
+# (the keys of torch.utils.flop_counter.flop_registry, the formulas taken from it) when last read.
+_REGISTERED: tuple[tuple[Any, ...], dict[str, tuple[str, CustomFormula]]] = ((None,), {})
+
+
+def _registered_formulas() -> dict[str, tuple[str, CustomFormula]]:
+    """Formulas that libraries registered with PyTorch's flop counter
+    (``torch.utils.flop_counter.register_flop_formula``) for operators outside ATen that the
+    formula registry does not classify: such an operator is priced by its library's formula
+    (category ``registered``) instead of being reported uncounted. ATen operators are the
+    registry's alone. Read again whenever the flop counter's registry changes."""
+    global _REGISTERED
+    from torch.utils.flop_counter import flop_registry
+
+    keys = tuple(flop_registry)
+    if _REGISTERED[0] == keys:
+        return _REGISTERED[1]
+    found: dict[str, tuple[str, CustomFormula]] = {}
+    for key, formula in list(flop_registry.items()):
+        if not isinstance(key, torch._ops.OpOverloadPacket):
+            continue  # higher-order operators (flex attention) never reach the dispatcher as one call
+        qualified = key._qualified_op_name
+        if qualified.startswith("aten::") or ops.classify_operator(qualified)[0] != "unclassified":
+            continue
+        found[qualified] = (qualified.replace("::", ".", 1), _shape_formula(formula))
+    _REGISTERED = (keys, found)
+    return found
+
+
+def _shape_formula(formula: Callable[..., int]) -> CustomFormula:
+    """A flop-counter registry formula (``f(*args, out_val=...)``, whose shape wrapper reads
+    shapes from tensors and passes anything else through) called as a custom formula is."""
+
+    def priced(*shapes: Any, out_shape: Any = None) -> int:
+        flops: int = formula(*shapes, out_val=out_shape)
+        return flops
+
+    return priced
 
 
 def _as_argument(value: Any) -> Any:

@@ -49,10 +49,13 @@ pub enum Category {
     Spectral,
     /// Counted by a caller-supplied formula (`custom_mapping`).
     Custom,
+    /// Counted by a formula its library registered with PyTorch's flop counter
+    /// (`torch.utils.flop_counter.register_flop_formula`), for an operator this registry lacks.
+    Registered,
 }
 
 impl Category {
-    pub const ALL: [Category; 13] = [
+    pub const ALL: [Category; 14] = [
         Category::Matmul,
         Category::Conv,
         Category::Attention,
@@ -66,6 +69,7 @@ impl Category {
         Category::LinearAlgebra,
         Category::Spectral,
         Category::Custom,
+        Category::Registered,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +87,7 @@ impl Category {
             Category::LinearAlgebra => "linalg",
             Category::Spectral => "spectral",
             Category::Custom => "custom",
+            Category::Registered => "registered",
         }
     }
 }

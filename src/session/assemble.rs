@@ -67,10 +67,11 @@ impl Session {
         for ((id, scope, phase), n) in calls {
             let op = by_signature[id];
             let phase = if phase == Phase::Backward as u8 { Phase::Backward } else { Phase::Forward };
+            let category = self.custom_category(&self.ops[op].name);
             match &custom[id] {
                 Ok(per_call) => match per_call.checked_mul(n) {
-                    Some(f) => self.count(op, Category::Custom, scope, phase, f),
-                    None => self.overflow(op, Category::Custom, scope, phase),
+                    Some(f) => self.count(op, category, scope, phase, f),
+                    None => self.overflow(op, category, scope, phase),
                 },
                 Err(exception) => {
                     let entry = custom_errors.entry(op).or_insert((0, exception.clone()));
@@ -123,6 +124,16 @@ impl Session {
         merged
     }
 
+    /// `registered` for an operator priced by its library's flop-counter formula, `custom` for
+    /// one the caller priced.
+    fn custom_category(&self, name: &str) -> Category {
+        if self.config.registered_operators.iter().any(|r| r == name) {
+            Category::Registered
+        } else {
+            Category::Custom
+        }
+    }
+
     /// The per-operator maps and diagnostics.
     fn operators(&self, custom_errors: &BTreeMap<usize, (u64, String)>) -> Operators {
         let mut out = Operators::default();
@@ -157,7 +168,7 @@ impl Session {
                     if m.overflowed {
                         out.diagnostics.push(overflow_diagnostic(&packet));
                     } else if counted > 0 {
-                        out.count(&packet, m.flops, counted, Category::Custom);
+                        out.count(&packet, m.flops, counted, self.custom_category(name));
                     }
                 }
                 Class::Ignored(i) if m.calls > 0 => {

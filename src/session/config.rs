@@ -10,6 +10,9 @@ pub struct Config {
     pub torch_version: String,
     /// Qualified names of operators the caller counts with its own formulas.
     pub custom_operators: Vec<String>,
+    /// Those of `custom_operators` priced by formulas their libraries registered with PyTorch's
+    /// flop counter, not by the caller (reported under the `registered` category).
+    pub registered_operators: Vec<String>,
     /// Count the operators of every thread, not only the session's own (and autograd's).
     pub all_threads: bool,
     /// Which module calls of the opening thread the session labels (`modules.rs`).
@@ -29,7 +32,8 @@ pub enum Labelling {
 }
 
 impl Config {
-    /// Parses `{"torch_version": str, "custom_operators": [str, ...], "threads": "current" |
+    /// Parses `{"torch_version": str, "custom_operators": [str, ...], "registered_operators":
+    /// [str, ...] (a subset of the custom ones), "threads": "current" |
     /// "all", "modules": "named" | "all"}` (all optional; the torch version defaults to the one
     /// the library was built against, threads to "current", and no module call is labelled).
     pub fn from_json(text: &str) -> crate::error::Result<Config> {
@@ -47,16 +51,8 @@ impl Config {
                     config.torch_version =
                         v.as_str().ok_or_else(|| Error::BadConfig("torch_version must be a string".into()))?.to_string()
                 }
-                "custom_operators" => {
-                    let list =
-                        v.as_array().ok_or_else(|| Error::BadConfig("custom_operators must be a list".into()))?;
-                    for item in list {
-                        let name = item.as_str().filter(|n| n.contains("::") && !n.contains('.')).ok_or_else(|| {
-                            Error::BadConfig("custom_operators holds qualified names like aten::sin".into())
-                        })?;
-                        config.custom_operators.push(name.to_string());
-                    }
-                }
+                "custom_operators" => config.custom_operators = qualified_names(key, v)?,
+                "registered_operators" => config.registered_operators = qualified_names(key, v)?,
                 "threads" => {
                     config.all_threads = match v.as_str() {
                         Some("current") => false,
@@ -74,8 +70,25 @@ impl Config {
                 other => return Err(Error::BadConfig(format!("unknown key {other:?}"))),
             }
         }
+        if let Some(name) = config.registered_operators.iter().find(|n| !config.custom_operators.contains(n)) {
+            return Err(Error::BadConfig(format!("registered operator {name} is not among the custom_operators")));
+        }
         Ok(config)
     }
+}
+
+/// A JSON list of qualified operator names (`aten::sin`, never an overload).
+fn qualified_names(key: &str, value: &serde_json::Value) -> crate::error::Result<Vec<String>> {
+    use crate::error::Error;
+    let list = value.as_array().ok_or_else(|| Error::BadConfig(format!("{key} must be a list")))?;
+    list.iter()
+        .map(|item| {
+            item.as_str()
+                .filter(|n| n.contains("::") && !n.contains('.'))
+                .map(str::to_string)
+                .ok_or_else(|| Error::BadConfig(format!("{key} holds qualified names like aten::sin")))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -901,6 +901,23 @@ mod tests {
     }
 
     #[test]
+    fn formulas_registered_with_pytorch_are_their_own_category() {
+        let config = Config {
+            torch_version: "x".into(),
+            custom_operators: vec!["mylib::fused".into(), "mylib::other".into()],
+            registered_operators: vec!["mylib::fused".into()],
+            ..Config::default()
+        };
+        let mut s = Session::new(config);
+        run(&mut s, &[op("mylib::fused", true, mm_args, vec![])], Phase::Forward);
+        run(&mut s, &[op("mylib::other", true, mm_args, vec![])], Phase::Forward);
+        let r = s.into_report(&[Ok(11), Ok(5)]).unwrap();
+        assert_eq!((r.by_category["registered"], r.by_category["custom"]), (11, 5));
+        assert_eq!(r.by_category.len(), 2);
+        assert_eq!(r.total.value, Some(16));
+    }
+
+    #[test]
     fn custom_results_are_validated() {
         let s = Session::new(Config::default());
         assert!(matches!(s.into_report(&[Ok(1)]), Err(crate::error::Error::BadCustomResults(_))));
@@ -922,6 +939,10 @@ mod tests {
         assert!(Config::from_json("[").is_err());
         assert_eq!(Config::from_json("").unwrap().torch_version, BUILT_AGAINST_TORCH);
         assert!(Config::from_json("{}").unwrap().custom_operators.is_empty());
+        let registered = r#"{"custom_operators": ["mylib::a"], "registered_operators": ["mylib::a"]}"#;
+        assert_eq!(Config::from_json(registered).unwrap().registered_operators, vec!["mylib::a".to_string()]);
+        let stray = Config::from_json(r#"{"registered_operators": ["mylib::b"]}"#).unwrap_err();
+        assert!(stray.to_string().contains("mylib::b is not among the custom_operators"), "{stray}");
     }
 
     #[test]

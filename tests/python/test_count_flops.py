@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import torchscan
+from helpers import fcm_total
 from torchscan.flops import FlopCounter
 
 # A custom operator with a CPU kernel of its own and no formula (defined once per process).
@@ -207,3 +208,46 @@ def test_public_surface():
     assert "count_flops" in torchscan.__all__
     assert isinstance(torchscan.count_flops(), FlopCounter)
     assert torchscan.count_flops is torchscan.flops.count_flops
+
+
+@pytest.fixture
+def registered_formula():
+    """A library operator whose library registered its FLOP formula with PyTorch's flop counter."""
+    from torch.utils.flop_counter import flop_registry, register_flop_formula
+
+    library = torch.library.Library("torchscan_registered_test", "DEF")
+    library.define("fused_mm(Tensor a, Tensor b) -> Tensor")
+    library.impl("fused_mm", lambda a, b: a @ b, "CPU")
+    operator = torch.ops.torchscan_registered_test.fused_mm
+
+    @register_flop_formula(operator)
+    def _(a_shape, b_shape, *, out_shape=None, **kwargs):
+        return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+    yield operator
+    del flop_registry[operator]
+    library._destroy()
+
+
+def test_an_operator_priced_by_its_librarys_registered_formula(registered_formula):
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    report = torchscan.measure_flops(lambda: registered_formula(a, b))
+    assert report["total"]["status"] == "complete"
+    assert report["by_category"] == {"registered": 120}
+    assert report["by_operator"] == {"torchscan_registered_test.fused_mm": 120}
+    # PyTorch's own counter agrees (it uses the same formula).
+    assert fcm_total(lambda: registered_formula(a, b)) == 120
+    # The caller's own formula wins over the library's.
+    mine = torchscan.measure_flops(
+        lambda: registered_formula(a, b), custom_mapping={registered_formula: lambda *s, out_shape: 7}
+    )
+    assert mine["by_category"] == {"custom": 7}
+
+
+def test_registered_formulas_do_not_replace_the_registry_for_aten_operators():
+    from torch.utils.flop_counter import flop_registry
+
+    assert torch.ops.aten.mm in flop_registry
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    report = torchscan.measure_flops(lambda: a @ b)
+    assert report["by_category"] == {"matmul": 120}
