@@ -69,8 +69,23 @@ c10::ArrayRef<const c10::IValue> arguments(const at::RecordFunction& fn) {
 namespace {
 
 // (dtype, ndim, sizes...) of a defined, strided-or-sparse tensor; false for the others.
+// A strided nested tensor (NestedTensorCPU/CUDA kernels) has no single shape: its record is its
+// elements as a flat tensor, so elementwise and reduction formulas price it and the formulas that
+// need shapes (matrix products, convolutions) find none. Jagged nested tensors are Python
+// subclasses whose kernels run on their dense values, which are recorded as they are.
+bool is_strided_nested(const at::Tensor& t) {
+  return t.key_set().has(c10::DispatchKey::NestedTensorCPU) || t.key_set().has(c10::DispatchKey::NestedTensorCUDA);
+}
+
 bool push_tensor_record(const at::Tensor& t, Buffer& out) {
-  if (!t.defined() || t.is_nested()) return false;
+  if (!t.defined()) return false;
+  if (is_strided_nested(t)) {
+    out.push_back(static_cast<int64_t>(t.scalar_type()));
+    out.push_back(1);
+    out.push_back(t.numel());
+    return true;
+  }
+  if (t.is_nested()) return false;
   auto sizes = t.sizes();
   out.push_back(static_cast<int64_t>(t.scalar_type()));
   out.push_back(static_cast<int64_t>(sizes.size()));

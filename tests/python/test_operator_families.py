@@ -263,3 +263,14 @@ def test_fp8_scaled_products_agree_with_flop_counter_mode():
 
     assert report_of(product)["by_operator"] == {"aten._scaled_mm": 2 * 16 * 32 * 64}
     assert fcm_total(product) == 2 * 16 * 32 * 64
+
+
+def test_strided_nested_tensors_are_priced_over_their_elements():
+    nested = torch.nested.nested_tensor([torch.randn(3, 8), torch.randn(5, 8)], layout=torch.strided)
+    # 64 elements: softmax 5 each forward; the product 1 each.
+    assert report_of(lambda: torch.softmax(nested, -1))["by_operator"] == {"aten._softmax": 320}
+    assert report_of(lambda: nested * nested)["by_operator"] == {"aten.mul": 64}
+    # A product needs the components' shapes, which a flat record does not give: named, not guessed.
+    report = torchscan.measure_flops(lambda: torch.bmm(nested, nested.transpose(1, 2)))
+    assert report["total"]["status"] == "partial"
+    assert [d["code"] for d in report["diagnostics"]] == ["formula_error"]
