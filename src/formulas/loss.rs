@@ -10,6 +10,64 @@
 use super::{add, mul, require_tensor, FormulaError};
 use crate::args::{Arg, Args};
 
+fn scalar(args: &Args, index: usize) -> Option<f64> {
+    match args.get(index)? {
+        Arg::Double(v) => Some(v),
+        Arg::Int(v) => Some(v as f64),
+        _ => None,
+    }
+}
+
+/// `(N, C)` of a `[N, C]` (or `[C]`) score tensor at `index`.
+fn scores(args: &Args, index: usize) -> Result<(u64, u64), FormulaError> {
+    let t = require_tensor(args, index)?;
+    let classes = *t.dims.last().ok_or(FormulaError::UnexpectedShape)?;
+    let classes = u64::try_from(classes).map_err(|_| FormulaError::UnexpectedShape)?;
+    let elements = t.numel().ok_or(FormulaError::Overflow)?;
+    Ok((elements.checked_div(classes).unwrap_or(0), classes))
+}
+
+/// `multi_margin_loss(self [N, C], target, p, margin, weight, reduction)`: per score, the margin
+/// against the target's score (2), its clamp (1) and accumulation (1) = 4, +1 to square it
+/// (`p = 2`), +1 for a class weight.
+pub fn multi_margin_loss(args: &Args) -> Result<u64, FormulaError> {
+    let (rows, classes) = scores(args, 0)?;
+    let squared = u64::from(scalar(args, 2) == Some(2.0));
+    let weighted = u64::from(matches!(args.get(4), Some(Arg::Tensor(_))));
+    mul(mul(rows, classes)?, 4 + squared + weighted)
+}
+
+/// `multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction)`: per
+/// score, the margin's test (1) and the gradient's scale (1), +1 for `p = 2`, +1 for a weight.
+pub fn multi_margin_loss_backward(args: &Args) -> Result<u64, FormulaError> {
+    let (rows, classes) = scores(args, 1)?;
+    let squared = u64::from(scalar(args, 3) == Some(2.0));
+    let weighted = u64::from(matches!(args.get(5), Some(Arg::Tensor(_))));
+    mul(mul(rows, classes)?, 2 + squared + weighted)
+}
+
+/// Worst-case label pairs of a multilabel margin loss on `C` classes: `|targets| x (C -
+/// |targets|)` is at most `floor(C^2 / 4)` (the target labels are data).
+fn label_pairs(classes: u64) -> Result<u64, FormulaError> {
+    Ok(mul(classes, classes)? / 4)
+}
+
+/// `multilabel_margin_loss_forward(self [N, C], target, reduction)`: per sample, marking the
+/// targets (1 per class) and per (target, non-target) pair a margin (2), a clamp and an
+/// accumulation (2): `C + 4 floor(C^2 / 4)`, the worst case.
+pub fn multilabel_margin_loss(args: &Args) -> Result<u64, FormulaError> {
+    let (rows, classes) = scores(args, 0)?;
+    mul(rows, add(classes, mul(4, label_pairs(classes)?)?)?)
+}
+
+/// `multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target)`: per
+/// sample, the scale per class and per pair the test and the two gradients' updates:
+/// `C + 2 floor(C^2 / 4)`, the worst case.
+pub fn multilabel_margin_loss_backward(args: &Args) -> Result<u64, FormulaError> {
+    let (rows, classes) = scores(args, 1)?;
+    mul(rows, add(classes, mul(2, label_pairs(classes)?)?)?)
+}
+
 /// Cells of CTC's alignment lattices: `sum_b input_length_b x (2 target_length_b + 1)`, from
 /// the length lists at `inputs` and `targets` (the `.Tensor` overloads hide them: data-dependent).
 fn ctc_cells(args: &Args, inputs: usize, targets: usize) -> Result<u64, FormulaError> {
@@ -261,5 +319,49 @@ mod tests {
             ctc_loss,
         );
         assert_eq!(hidden, Err(FormulaError::DataDependent));
+    }
+
+    #[test]
+    fn margin_losses() {
+        // multi_margin_loss on [4, 6] (p = 1, no weight): 24 x 4 = 96; p = 2 with a weight: 24 x 6.
+        let multi = |p: i64, weighted: bool| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 6]);
+                    tensor(s, &[4]);
+                    int(s, p);
+                    int(s, 1);
+                    if weighted {
+                        tensor(s, &[6])
+                    } else {
+                        none(s)
+                    }
+                    int(s, 1);
+                },
+                multi_margin_loss,
+            )
+        };
+        assert_eq!(multi(1, false), Ok(96));
+        assert_eq!(multi(2, true), Ok(144));
+        // multilabel on [4, 6]: per sample 6 + 4 x 9 = 42: 168; backward 6 + 2 x 9 = 24: 96.
+        let multilabel = with_args(
+            |s| {
+                tensor(s, &[4, 6]);
+                tensor(s, &[4, 6]);
+                int(s, 1);
+            },
+            multilabel_margin_loss,
+        );
+        assert_eq!(multilabel, Ok(168));
+        let backward = with_args(
+            |s| {
+                tensor(s, &[]);
+                tensor(s, &[4, 6]);
+                tensor(s, &[4, 6]);
+                int(s, 1);
+            },
+            multilabel_margin_loss_backward,
+        );
+        assert_eq!(backward, Ok(96));
     }
 }

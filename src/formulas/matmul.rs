@@ -2,7 +2,7 @@
 //! multiply-accumulate; the added bias/input of `addmm`-style ops and `beta`/`alpha` scaling are
 //! not counted.
 
-use super::{dim, mul_all, require_tensor, FormulaError};
+use super::{dim, mul, mul_all, require_tensor, FormulaError};
 use crate::args::Args;
 
 /// `mm(a[m,k], b[k,n])`: 2*m*k*n.
@@ -85,6 +85,18 @@ pub fn grouped_mm(args: &Args) -> Result<u64, FormulaError> {
         return Err(FormulaError::UnexpectedShape);
     }
     mul_all(&[2, m, k, n])
+}
+
+/// `_addmm_activation(self, mat1, mat2, beta, alpha, use_gelu)`: `addmm` (2 FLOPs per
+/// multiply-accumulate, the added `self` not counted) and its fused ReLU or GELU, 1 FLOP per
+/// output element (the activation convention).
+pub fn addmm_activation(args: &Args) -> Result<u64, FormulaError> {
+    let (a, b) = (require_tensor(args, 1)?, require_tensor(args, 2)?);
+    if a.dims.len() != 2 || b.dims.len() != 2 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let outputs = mul(dim(&a, 0)?, dim(&b, 1)?)?;
+    super::add(addmm(args)?, outputs)
 }
 
 /// Pairs times features of `cdist(x1 [..., P, M], x2 [..., R, M])`: `batch x P x R x M`.
@@ -302,5 +314,19 @@ mod tests {
         assert_eq!(grouped(&[5, 24], &[24, 4]), Ok(960));
         assert_eq!(grouped(&[3, 5, 8], &[8, 12]), Ok(960));
         assert_eq!(grouped(&[6, 8], &[3, 7, 4]), Err(FormulaError::UnexpectedShape));
+    }
+
+    #[test]
+    fn fused_addmm_activation() {
+        // [12, 32] @ [32, 64] + bias, then ReLU: 2 x 12 x 32 x 64 + 12 x 64 = 49,920.
+        let f = with_args(
+            |s| {
+                tensor(s, &[64]);
+                tensor(s, &[12, 32]);
+                tensor(s, &[32, 64]);
+            },
+            addmm_activation,
+        );
+        assert_eq!(f, Ok(49_920));
     }
 }

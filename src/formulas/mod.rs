@@ -279,9 +279,23 @@ const ROI_ALIGN: &Convention = &Convention {
            backward 4 s^2 + 1; an adaptive sampling ratio is data-dependent (not priced)",
     source: TORCHSCAN,
 };
+const MARGIN_LOSS: &Convention = &Convention {
+    rule: "per score: multi-margin 4 (+1 for p = 2, +1 with a weight), backward 2 (+1, +1); multilabel: the worst \
+           case of floor(C^2 / 4) label pairs per sample, 4 each (backward 2) and 1 per class",
+    source: TORCHSCAN,
+};
 const CTC: &Convention = &Convention {
     rule: "13 FLOPs per alignment-lattice cell (sum over the batch of input length x (2 target length + 1)); \
            backward 26 per cell + 3 per log-probability; lengths given as tensors are data-dependent",
+    source: TORCHSCAN,
+};
+const ADDMM_ACTIVATION: &Convention = &Convention {
+    rule: "addmm's 2 FLOPs per multiply-accumulate (the added input not counted, as PyTorch's), and 1 per output \
+           element for the fused activation",
+    source: TORCHSCAN,
+};
+const COMPOSITE_KERNEL: &Convention = &Convention {
+    rule: "none of its own: its nested operators are counted (the kernel dispatches them)",
     source: TORCHSCAN,
 };
 const SOFTMAX: &Convention = &Convention { rule: "per element: forward 5 FLOPs, backward 4", source: TORCHSCAN };
@@ -370,6 +384,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::dot", Matmul, matmul::dot, PYTORCH),
     row!("aten::vdot", Matmul, matmul::dot, PYTORCH),
     row!("aten::_grouped_mm", Matmul, matmul::grouped_mm, PYTORCH),
+    row!("aten::_addmm_activation", Matmul, matmul::addmm_activation, ADDMM_ACTIVATION),
     // Low-precision (fp8) products: the scales are per tensor, row or block, not counted.
     row!("aten::_scaled_mm", Matmul, matmul::mm, PYTORCH),
     row!("aten::_scaled_mm_v2", Matmul, matmul::mm, PYTORCH),
@@ -392,6 +407,9 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_scaled_dot_product_cudnn_attention_backward", Attention, attention::sdpa_backward, SDPA),
     row!("aten::_flash_attention_backward", Attention, attention::sdpa_backward, SDPA),
     row!("aten::_efficient_attention_backward", Attention, attention::sdpa_backward, SDPA),
+    // nn.TransformerEncoderLayer's inference fast path: a kernel made of dispatched operators
+    // (attention, linear layers, norms, activations), which are counted.
+    row!("aten::_transformer_encoder_layer_fwd", Attention, descend, COMPOSITE_KERNEL),
     // nn.MultiheadAttention's inference fast path (torchvision ViT): projections included.
     row!("aten::_native_multi_head_attention", Attention, attention::native_multi_head_attention, MHA),
     // Elementwise arithmetic.
@@ -751,6 +769,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::index_put_", Reduction, reduction::index_put, ACCUMULATE),
     row!("aten::_index_put_impl_", Reduction, reduction::index_put, ACCUMULATE),
     row!("aten::col2im", Reduction, reduction::one_per_input_element, ACCUMULATE),
+    row!("aten::unfold_backward", Reduction, reduction::one_per_input_element, ACCUMULATE),
     row!("aten::scatter", Reduction, select::scatter, SCATTER),
     row!("aten::scatter_add", Reduction, select::scatter_accumulate, SCATTER),
     row!("aten::scatter_reduce", Reduction, select::scatter_accumulate, SCATTER),
@@ -770,6 +789,10 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::huber_loss_backward", Loss, loss::huber_loss_backward, ELEMENTWISE_LOSS),
     row!("aten::smooth_l1_loss", Loss, loss::huber_loss, ELEMENTWISE_LOSS),
     row!("aten::smooth_l1_loss_backward", Loss, loss::huber_loss_backward, ELEMENTWISE_LOSS),
+    row!("aten::multi_margin_loss", Loss, loss::multi_margin_loss, MARGIN_LOSS),
+    row!("aten::multi_margin_loss_backward", Loss, loss::multi_margin_loss_backward, MARGIN_LOSS),
+    row!("aten::multilabel_margin_loss_forward", Loss, loss::multilabel_margin_loss, MARGIN_LOSS),
+    row!("aten::multilabel_margin_loss_backward", Loss, loss::multilabel_margin_loss_backward, MARGIN_LOSS),
     row!("aten::_ctc_loss", Loss, loss::ctc_loss, CTC),
     row!("aten::_ctc_loss_backward", Loss, loss::ctc_loss_backward, CTC),
     row!("aten::binary_cross_entropy", Loss, loss::binary_cross_entropy, ELEMENTWISE_LOSS),
@@ -935,6 +958,11 @@ fn exact(operator: &str) -> Option<Rule> {
         })
         .get(operator)
         .copied()
+}
+
+/// A kernel that does its work through dispatched operators: the session counts those.
+fn descend(_: &Args) -> Result<u64, FormulaError> {
+    Err(FormulaError::Descend)
 }
 
 // ---- checked arithmetic shared by the families ----

@@ -274,3 +274,33 @@ def test_strided_nested_tensors_are_priced_over_their_elements():
     report = torchscan.measure_flops(lambda: torch.bmm(nested, nested.transpose(1, 2)))
     assert report["total"]["status"] == "partial"
     assert [d["code"] for d in report["diagnostics"]] == ["formula_error"]
+
+
+def test_transformer_encoder_fast_path_by_hand():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 2, 64, batch_first=True, dropout=0.0).eval()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        report = report_of(lambda: layer(x))
+    # 12 tokens. Attention: in-projection 2 x 12 x 32 x 96, scores and weighted values
+    # 2 x (2 x 2 heads x 6 x 6 x 16) each, out-projection 2 x 12 x 32 x 32.
+    attention = 2 * 12 * 32 * 96 + 2 * (2 * 2 * 2 * 6 * 6 * 16) + 2 * 12 * 32 * 32
+    # Feed-forward: two products (biases not counted) and the fused ReLU; two residual adds; two
+    # LayerNorms at 5 FLOPs per element.
+    expected = attention + 2 * (2 * 12 * 32 * 64) + 12 * 64 + 2 * 12 * 32 + 2 * 5 * 12 * 32
+    assert report["by_operator"]["aten._native_multi_head_attention"] == attention == 107_520
+    assert report["total"]["value"] == expected == 211_200
+
+
+def test_margin_losses_and_unfold_gradients():
+    scores = torch.randn(4, 6, requires_grad=True)
+    report = report_of(lambda: F.multi_margin_loss(scores, torch.tensor([0, 1, 2, 3]), p=2).backward())
+    assert report["by_operator"]["aten.multi_margin_loss"] == 24 * 5
+    assert report["by_operator"]["aten.multi_margin_loss_backward"] == 24 * 3
+    labels = torch.tensor([[0, 1, -1, 0, 0, 0]] * 4)
+    report = report_of(lambda: F.multilabel_margin_loss(scores, labels).backward())
+    # The worst case of 6 classes: floor(36 / 4) = 9 label pairs per sample.
+    assert report["by_operator"]["aten.multilabel_margin_loss_forward"] == 4 * (6 + 4 * 9)
+    x = torch.randn(1, 2, 8, 8, requires_grad=True)
+    report = report_of(lambda: x.unfold(2, 3, 1).sum().backward())
+    assert report["by_operator"]["aten.unfold_backward"] == 1 * 2 * 6 * 8 * 3
