@@ -89,6 +89,22 @@ impl Activation {
     }
 }
 
+/// Modules that only move or relabel elements (padding, pixel shuffles, nearest upsampling,
+/// `Unflatten`): 0 FLOPs and MACs; DMAs `in + out`. The receptive field is pointwise for a
+/// reshape, `(1, 1, p)` for a symmetric padding `p`, and not applicable where positions move
+/// (shuffles, upsampling, asymmetric padding).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Movement {
+    /// `None`: positions move (no receptive field); `Some(p)`: pointwise with padding `p`.
+    pub padding: Option<i64>,
+}
+
+/// `nn.Softmax`/`LogSoftmax`/`Softmin`: per element the running maximum, a difference, an
+/// exponential, the sum and the division (5, the operator formula's); DMAs `in + out`. The
+/// normalization mixes the positions along its dimension: no receptive field.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Softmax {}
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct Dropout {
     pub p: f64,
@@ -152,5 +168,20 @@ mod tests {
         assert_eq!(d(0.0, true).flops(), Ok(0));
         assert_eq!(d(0.5, false).flops(), Ok(0));
         assert_eq!(d(0.5, true).dmas(), Ok(17));
+    }
+
+    #[test]
+    fn movement_and_softmax() {
+        let moved = |padding: serde_json::Value| {
+            call(json!({"family": "movement", "padding": padding, "input": [1, 2, 4, 4], "output": [1, 2, 6, 6]}))
+        };
+        assert_eq!(
+            (moved(json!(1)).flops(), moved(json!(1)).macs(), moved(json!(1)).dmas()),
+            (Ok(0), Ok(0), Ok(32 + 72))
+        );
+        assert!(moved(json!(1)).receptive_field().is_ok());
+        assert!(moved(json!(null)).receptive_field().is_err());
+        let softmax = call(json!({"family": "softmax", "input": [2, 5], "output": [2, 5]}));
+        assert_eq!((softmax.flops(), softmax.macs(), softmax.dmas()), (Ok(50), Ok(0), Ok(20)));
     }
 }

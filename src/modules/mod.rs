@@ -44,6 +44,9 @@ pub enum Module {
     BatchNorm(norm::BatchNorm),
     LayerNorm(norm::LayerNorm),
     RmsNorm(norm::RmsNorm),
+    GroupNorm(norm::GroupNorm),
+    Movement(activation::Movement),
+    Softmax(activation::Softmax),
     Embedding(embedding::Embedding),
     RotaryEmbedding(embedding::Rotary),
     Recurrent(recurrent::Recurrent),
@@ -184,6 +187,9 @@ impl Call {
             BatchNorm(m) => m.flops(shapes()?.0),
             LayerNorm(m) => m.flops(shapes()?.0),
             RmsNorm(m) => m.flops(shapes()?.0),
+            GroupNorm(m) => m.flops(shapes()?.0),
+            Movement(_) => Ok(0),
+            Softmax(_) => numel(shapes()?.0)?.checked_mul(5).ok_or_else(overflow),
             Embedding(m) => m.flops(),
             RotaryEmbedding(m) => m.flops(numel(shapes()?.1)?),
             Recurrent(m) => m.flops(shapes()?.0),
@@ -199,7 +205,8 @@ impl Call {
         use Module::*;
         let shapes = || self.shapes();
         match &self.module {
-            Identity | Flatten | Activation(_) | Dropout(_) | RotaryEmbedding(_) => Ok(0),
+            Identity | Flatten | Activation(_) | Dropout(_) | RotaryEmbedding(_) | Movement(_) | Softmax(_) => Ok(0),
+            GroupNorm(m) => m.macs(shapes()?.0),
             Embedding(m) => m.flops(),
             RmsNorm(m) => m.macs(shapes()?.0),
             Recurrent(m) => m.macs(shapes()?.0),
@@ -234,6 +241,8 @@ impl Call {
             BatchNorm(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
             LayerNorm(m) => m.dmas(sizes()?.0),
             RmsNorm(m) => m.dmas(sizes()?.0),
+            GroupNorm(m) => m.dmas(sizes()?.0),
+            Movement(_) | Softmax(_) => sizes().and_then(|(_, _, n_in, n_out)| sum(&[n_in, n_out])),
             Embedding(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
             RotaryEmbedding(m) => m.dmas(sizes()?.3),
             Recurrent(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
@@ -264,6 +273,12 @@ impl Call {
             LayerNorm(m) if m.normalized_shape.len() == 1 => Ok(POINTWISE_RF),
             LayerNorm(_) => Err(Failure::NotApplicable("it normalizes across positions".into())),
             Recurrent(_) => Err(Failure::NotApplicable("each step depends on every earlier step".into())),
+            GroupNorm(_) => Err(Failure::NotApplicable("it normalizes across positions".into())),
+            Softmax(_) => Err(Failure::NotApplicable("it normalizes across its dimension".into())),
+            Movement(m) => match m.padding {
+                Some(p) => Ok([RfNumber::Float(1.0), RfNumber::Float(1.0), RfNumber::Float(p as f64)]),
+                None => Err(Failure::NotApplicable("it moves positions".into())),
+            },
             RmsNorm(_) | RotaryEmbedding(_) => Ok(POINTWISE_RF),
             // No receptive-field formula (as in torchscan 0.2): reported, not guessed.
             MultiheadAttention(_) => Err(Failure::Unsupported("MultiheadAttention".into())),

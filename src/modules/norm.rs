@@ -144,6 +144,42 @@ impl LayerNorm {
     }
 }
 
+/// GroupNorm, and InstanceNorm with the input's statistics (one group per channel): statistics
+/// per (sample, group) row, as LayerNorm's over that row: FLOPs `6N + 2R + N` per affine
+/// parameter with `R = batch x groups`; MACs `N*(1 + weight)`; DMAs `4N + 5R + 1 + parameters
+/// + 2N` if affine. The statistics mix positions: no receptive field.
+#[derive(Clone, Debug, Deserialize)]
+pub struct GroupNorm {
+    pub groups: u64,
+    pub weight: Option<u64>,
+    pub bias: Option<u64>,
+}
+
+impl GroupNorm {
+    fn sizes(&self, input: &[i64]) -> Result<(u64, u64), Failure> {
+        let batch = u64::try_from(*input.first().ok_or_else(|| err("group norm needs a batched input"))?)
+            .map_err(|_| err("negative batch size"))?;
+        Ok((numel(input)?, product(&[batch, self.groups])?))
+    }
+
+    pub fn flops(&self, input: &[i64]) -> Count {
+        let (n, rows) = self.sizes(input)?;
+        let affine = u64::from(self.weight.is_some()) + u64::from(self.bias.is_some());
+        sum(&[product(&[6, n])?, product(&[2, rows])?, product(&[n, affine])?])
+    }
+
+    pub fn macs(&self, input: &[i64]) -> Count {
+        product(&[self.sizes(input)?.0, 1 + u64::from(self.weight.is_some())])
+    }
+
+    pub fn dmas(&self, input: &[i64]) -> Count {
+        let (n, rows) = self.sizes(input)?;
+        let params = self.weight.unwrap_or(0).checked_add(self.bias.unwrap_or(0)).ok_or_else(overflow)?;
+        let affine = if self.weight.is_some() || self.bias.is_some() { product(&[2, n])? } else { 0 };
+        sum(&[product(&[4, n])?, product(&[5, rows])?, 1, params, affine])
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct RmsNorm {
     /// Elements of one normalized row.
@@ -242,5 +278,17 @@ mod tests {
         let empty =
             call(json!({"family": "rms_norm", "normalized": 0, "weight": null, "input": [2, 0], "output": [2, 0]}));
         assert!(empty.flops().is_err());
+    }
+
+    #[test]
+    fn group_norm_reference_values() {
+        // GroupNorm(2, 4) on [2, 4, 3, 3]: N = 72, R = 4: 432 + 8 + 144 (affine) = 584.
+        let gn = call(json!({"family": "group_norm", "groups": 2, "weight": 4, "bias": 4,
+                             "input": [2, 4, 3, 3], "output": [2, 4, 3, 3]}));
+        assert_eq!(gn.flops(), Ok(584));
+        assert_eq!(gn.macs(), Ok(144));
+        // 288 + 20 + 1 + 8 + 144 = 461.
+        assert_eq!(gn.dmas(), Ok(461));
+        assert!(gn.receptive_field().is_err());
     }
 }

@@ -84,3 +84,25 @@ def test_recurrent_module_formulas():
     packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(5, 3, 8), [5, 3, 2])
     report = torchscan.crawl_module(torch.nn.GRU(8, 16), args=(packed,), strict=True)
     assert report["layers"][0]["metrics"]["module_flops"]["value"] == 27_040
+
+
+def test_normalization_movement_and_softmax_module_formulas():
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.InstanceNorm2d(4, affine=True),
+        torch.nn.GroupNorm(2, 4),
+        torch.nn.Softmax(1),
+        torch.nn.Upsample(scale_factor=2),
+        torch.nn.PixelShuffle(2),
+        torch.nn.ZeroPad2d(1),
+        torch.nn.Unflatten(1, (1, 1)),
+    )
+    report = torchscan.crawl_module(model, (3, 8, 8), strict=True)
+    flops = {layer["type"]: layer["metrics"]["module_flops"]["value"] for layer in report["layers"][1:]}
+    # [1, 4, 6, 6]: N = 144. InstanceNorm: 6N + 2 x 4 rows + 2N affine; GroupNorm(2): 6N + 2 x 2 + 2N.
+    assert flops["InstanceNorm2d"] == 6 * 144 + 8 + 2 * 144 == 1160
+    assert flops["GroupNorm"] == 6 * 144 + 4 + 2 * 144 == 1156
+    assert flops["Softmax"] == 5 * 144
+    assert flops["Upsample"] == flops["PixelShuffle"] == flops["ZeroPad2d"] == flops["Unflatten"] == 0
+    rf = {layer["type"]: layer["metrics"]["receptive_field"] for layer in report["layers"][1:]}
+    assert rf["ZeroPad2d"]["status"] == "complete" and rf["Upsample"]["method"] == "not_applicable"

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+from torch.nn.modules.padding import _CircularPadNd, _ConstantPadNd, _ReflectionPadNd, _ReplicationPadNd
 from torch.nn.modules.conv import _ConvNd, _ConvTransposeNd
 from torch.nn.modules.pooling import _AdaptiveAvgPoolNd, _AdaptiveMaxPoolNd, _AvgPoolNd, _MaxPoolNd
 
@@ -235,6 +237,35 @@ def family(module: nn.Module) -> dict[str, Any]:
             "proj_size": module.proj_size,
             "num_params": _num_params(module),
         }
+    if isinstance(module, nn.GroupNorm):
+        params = module._parameters
+        return {
+            "family": "group_norm",
+            "groups": module.num_groups,
+            "weight": _numel(params.get("weight")),
+            "bias": _numel(params.get("bias")),
+        }
+    if isinstance(module, _InstanceNorm) and not module.track_running_stats:
+        # The input's statistics, one group per channel (with running statistics, an instance norm
+        # also updates or reads them: no formula).
+        params = module._parameters
+        return {
+            "family": "group_norm",
+            "groups": module.num_features,
+            "weight": _numel(params.get("weight")),
+            "bias": _numel(params.get("bias")),
+        }
+    if isinstance(module, (_ConstantPadNd, _ReflectionPadNd, _ReplicationPadNd, _CircularPadNd)):
+        pads = set(_ints(module.padding))
+        return {"family": "movement", "padding": pads.pop() if len(pads) == 1 else None}
+    if isinstance(module, (nn.PixelShuffle, nn.PixelUnshuffle, nn.ChannelShuffle)):
+        return {"family": "movement", "padding": None}
+    if isinstance(module, nn.Unflatten):
+        return {"family": "movement", "padding": 0}
+    if isinstance(module, nn.Upsample) and module.mode == "nearest":
+        return {"family": "movement", "padding": None}
+    if type(module) in (nn.Softmax, nn.LogSoftmax):
+        return {"family": "softmax"}
     if type(module) is nn.Embedding:
         return {"family": "embedding", "max_norm": module.max_norm is not None}
     if type(module) is nn.RMSNorm:
