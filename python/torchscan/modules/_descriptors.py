@@ -144,6 +144,16 @@ def _num_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+def _group_norm(module: nn.Module, groups: int) -> dict[str, Any]:
+    params = module._parameters
+    return {
+        "family": "group_norm",
+        "groups": groups,
+        "weight": _numel(params.get("weight")),
+        "bias": _numel(params.get("bias")),
+    }
+
+
 def family(module: nn.Module) -> dict[str, Any]:
     if isinstance(module, nn.Identity):
         return {"family": "identity"}
@@ -238,23 +248,11 @@ def family(module: nn.Module) -> dict[str, Any]:
             "num_params": _num_params(module),
         }
     if isinstance(module, nn.GroupNorm):
-        params = module._parameters
-        return {
-            "family": "group_norm",
-            "groups": module.num_groups,
-            "weight": _numel(params.get("weight")),
-            "bias": _numel(params.get("bias")),
-        }
+        return _group_norm(module, module.num_groups)
     if isinstance(module, _InstanceNorm) and not module.track_running_stats:
         # The input's statistics, one group per channel (with running statistics, an instance norm
         # also updates or reads them: no formula).
-        params = module._parameters
-        return {
-            "family": "group_norm",
-            "groups": module.num_features,
-            "weight": _numel(params.get("weight")),
-            "bias": _numel(params.get("bias")),
-        }
+        return _group_norm(module, module.num_features)
     if isinstance(module, (_ConstantPadNd, _ReflectionPadNd, _ReplicationPadNd, _CircularPadNd)):
         pads = set(_ints(module.padding))
         return {"family": "movement", "padding": pads.pop() if len(pads) == 1 else None}
