@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import operator
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
@@ -289,10 +290,14 @@ def _registered_formulas() -> dict[str, tuple[str, CustomFormula]]:
     (``torch.utils.flop_counter.register_flop_formula``) for operators outside ATen that the
     formula registry does not classify: such an operator is priced by its library's formula
     (category ``registered``) instead of being reported uncounted. ATen operators are the
-    registry's alone. Read again whenever the flop counter's registry changes."""
+    registry's alone. Read again whenever the flop counter's registry changes. A library that
+    registers a formula imports the flop counter; until one has, there is nothing to read (and
+    importing it here would cost every first measurement a fifth of a second)."""
     global _REGISTERED
-    from torch.utils.flop_counter import flop_registry
-
+    flop_counter = sys.modules.get("torch.utils.flop_counter")
+    if flop_counter is None:
+        return {}
+    flop_registry = flop_counter.flop_registry
     keys = tuple(flop_registry)
     if _REGISTERED[0] == keys:
         return _REGISTERED[1]
