@@ -16,6 +16,8 @@ use crate::report::{ComparedMetric, LayerChanges, LayerDiff, LayerSnapshot, Metr
 const MARK_NONSTR: &str = "\u{0}nonstr";
 const MARK_FLOAT: &str = "\u{0}float";
 const SUPPORTED: i64 = 1;
+const NOT_APPLICABLE: &str = "not_applicable";
+const NOT_REQUESTED: &str = "not_requested";
 
 type Metrics = BTreeMap<String, ComparedMetric>;
 
@@ -219,8 +221,13 @@ fn diff_metrics(before: &Metrics, after: &Metrics, changed_only: bool) -> Result
             continue;
         }
         if let (Some(b), Some(a)) = (b, a) {
+            // A metric without a number on one side (`not_applicable`: a receptive field where
+            // another module type now sits at the path; `not_requested`: structure mode) can
+            // differ in method: its status makes the difference unavailable, not incompatible.
+            let numberless = |m: &ComparedMetric| matches!(m.method.as_deref(), Some(NOT_APPLICABLE | NOT_REQUESTED));
+            let methods = if numberless(b) || numberless(a) { (&None, &None) } else { (&b.method, &a.method) };
             for (field, x, y) in
-                [("unit", &b.unit, &a.unit), ("scope", &b.scope, &a.scope), ("method", &b.method, &a.method)]
+                [("unit", &b.unit, &a.unit), ("scope", &b.scope, &a.scope), ("method", methods.0, methods.1)]
             {
                 if x != y {
                     return Err(value_error(format!("metric {} has incompatible {field}", repr(name))));
@@ -378,5 +385,15 @@ mod tests {
         let mut other_unit = one.clone();
         other_unit["totals"]["module_flops"]["unit"] = json!("MACs");
         assert_eq!(compare(&one, &other_unit).unwrap_err().to_string(), "metric 'module_flops' has incompatible unit");
+        let mut other_method = one.clone();
+        other_method["totals"]["module_flops"]["method"] = json!("y");
+        assert!(compare(&one, &other_method).is_err());
+        // A numberless side (not applicable) differs in method without being incompatible.
+        let mut numberless = one.clone();
+        numberless["totals"]["module_flops"] = json!({"status": "unavailable", "value": null, "known_value": null, "unit": "FLOPs", "scope": "s",
+                   "method": "not_applicable"});
+        let d = diff(&one, &numberless);
+        assert_eq!(d["totals"]["module_flops"]["status"], "unavailable");
+        assert_eq!(d["totals"]["module_flops"]["delta"], Value::Null);
     }
 }

@@ -87,8 +87,9 @@ def compare_reports(before: Any, after: Any) -> ReportDiff:
     Raises:
         TypeError: a report (or one of its fields) has the wrong type; the message names it.
         ValueError: an invalid metric, a duplicated layer call, different or unknown schema
-            versions, a metric whose unit/scope/method differs between the reports, a FlopReport
-            given for an AnalysisReport, or a document nested too deeply (a cycle).
+            versions, a metric whose unit/scope/method differs between the reports (a method may
+            differ where one side has no number: ``not_applicable``, ``not_requested``), a
+            FlopReport given for an AnalysisReport, or a document nested too deeply (a cycle).
     """
     diff: ReportDiff = json.loads(ops.compare_reports(_encode_report(before, "before"), _encode_report(after, "after")))
     return diff
