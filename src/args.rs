@@ -198,6 +198,20 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// A number argument (a Scalar is an int or a double), as a float.
+    pub fn scalar(&self, index: usize) -> Option<f64> {
+        match self.get(index)? {
+            Arg::Double(v) => Some(v),
+            Arg::Int(v) => Some(v as f64),
+            _ => None,
+        }
+    }
+
+    /// Whether argument `index` is a (dense) tensor, not None or absent.
+    pub fn has_tensor(&self, index: usize) -> bool {
+        matches!(self.get(index), Some(Arg::Tensor(_)))
+    }
+
     pub fn bool(&self, index: usize) -> Option<bool> {
         match self.get(index)? {
             Arg::Bool(v) => Some(v),

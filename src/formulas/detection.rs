@@ -12,17 +12,8 @@
 //!   `4 s^2 + 1`. An adaptive sampling ratio (`s <= 0`: from each box's size) depends on the
 //!   data, which the formula does not see: such a call is a formula error (partial), not a guess.
 
-use super::{add, mul, mul_all, require_tensor, FormulaError};
+use super::{add, ceil_log2, mul, mul_all, require_tensor, FormulaError};
 use crate::args::Args;
-
-/// `ceil(log2(n))` for `n >= 1`.
-fn ceil_log2(n: u64) -> u64 {
-    if n <= 1 {
-        0
-    } else {
-        u64::from(64 - (n - 1).leading_zeros())
-    }
-}
 
 /// `nms(dets, scores, iou_threshold)`: the worst case.
 pub fn nms(args: &Args) -> Result<u64, FormulaError> {

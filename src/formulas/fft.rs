@@ -10,22 +10,44 @@
 use super::{require_tensor, FormulaError};
 use crate::args::Args;
 
-/// `sum(log2 n_d)` over the transformed dimensions `dims` of `shape` (negative dims count from
-/// the end).
-fn log_lengths(shape: &[i64], dims: &[i64]) -> Result<f64, FormulaError> {
-    let rank = shape.len() as i64;
+/// The index in `shape` of dimension `d` (negative counts from the end).
+fn axis(shape: &[i64], d: i64) -> Result<usize, FormulaError> {
+    let index = if d < 0 { d + shape.len() as i64 } else { d };
+    usize::try_from(index).ok().filter(|&i| i < shape.len()).ok_or(FormulaError::UnexpectedShape)
+}
+
+/// The size of the last transformed dimension of `shape`, and its index.
+fn last_transformed(shape: &[i64], dims: &[i64]) -> Result<(usize, i64), FormulaError> {
+    let index = axis(shape, *dims.last().ok_or(FormulaError::UnexpectedShape)?)?;
+    Ok((index, shape[index]))
+}
+
+/// `sum(log2 n_d)` over the transformed dimensions `dims` of `shape`, with the dimension at
+/// `resized` taking the size `size` (an output shape read off the input's, without a copy).
+fn log_lengths(shape: &[i64], dims: &[i64], resized: Option<(usize, i64)>) -> Result<f64, FormulaError> {
     let mut total = 0.0;
     for &d in dims {
-        let index = if d < 0 { d + rank } else { d };
-        let n = usize::try_from(index).ok().and_then(|i| shape.get(i)).ok_or(FormulaError::UnexpectedShape)?;
-        if *n < 0 {
+        let index = axis(shape, d)?;
+        let n = match resized {
+            Some((i, size)) if i == index => size,
+            _ => shape[index],
+        };
+        if n < 0 {
             return Err(FormulaError::UnexpectedShape);
         }
-        if *n > 1 {
-            total += (*n as f64).log2();
+        if n > 1 {
+            total += (n as f64).log2();
         }
     }
     Ok(total)
+}
+
+/// Elements of `shape` with the dimension at `index` resized to `size`.
+fn resized_numel(shape: &[i64], index: usize, size: i64) -> Result<u64, FormulaError> {
+    let rest = super::product(&shape[..index])?;
+    let after = super::product(&shape[index + 1..])?;
+    let size = u64::try_from(size).map_err(|_| FormulaError::UnexpectedShape)?;
+    super::mul_all(&[rest, size, after])
 }
 
 fn numel(shape: &[i64]) -> Result<u64, FormulaError> {
@@ -47,7 +69,7 @@ pub fn c2c(args: &Args) -> Result<u64, FormulaError> {
     let dims = args.int_list(1).ok_or(FormulaError::MissingArgument(1))?;
     let elements = numel(input.dims)?;
     let scaling = if args.int(2).unwrap_or(0) != 0 { elements.saturating_mul(2) } else { 0 };
-    transform(elements, log_lengths(input.dims, dims)?, 1.0, scaling)
+    transform(elements, log_lengths(input.dims, dims, None)?, 1.0, scaling)
 }
 
 /// `_fft_r2c(self, dim, normalization, onesided)`: real input, complex output (the last
@@ -58,17 +80,13 @@ pub fn r2c(args: &Args) -> Result<u64, FormulaError> {
     let elements = numel(input.dims)?;
     let scaling = if args.int(2).unwrap_or(0) == 0 {
         0
+    } else if args.bool(3).unwrap_or(true) {
+        let (index, size) = last_transformed(input.dims, dims)?;
+        resized_numel(input.dims, index, size / 2 + 1)?.saturating_mul(2)
     } else {
-        let mut out: Vec<i64> = input.dims.to_vec();
-        if args.bool(3).unwrap_or(true) {
-            let last = *dims.last().ok_or(FormulaError::UnexpectedShape)?;
-            let index = if last < 0 { last + out.len() as i64 } else { last };
-            let slot = usize::try_from(index).ok().and_then(|i| out.get_mut(i)).ok_or(FormulaError::UnexpectedShape)?;
-            *slot = *slot / 2 + 1;
-        }
-        numel(&out)?.saturating_mul(2)
+        elements.saturating_mul(2)
     };
-    transform(elements, log_lengths(input.dims, dims)?, 0.5, scaling)
+    transform(elements, log_lengths(input.dims, dims, None)?, 0.5, scaling)
 }
 
 /// `_fft_c2r(self, dim, normalization, last_dim_size)`: complex (one-sided) input, real output
@@ -77,13 +95,10 @@ pub fn c2r(args: &Args) -> Result<u64, FormulaError> {
     let input = require_tensor(args, 0)?;
     let dims = args.int_list(1).ok_or(FormulaError::MissingArgument(1))?;
     let last_size = args.int(3).ok_or(FormulaError::MissingArgument(3))?;
-    let mut out: Vec<i64> = input.dims.to_vec();
-    let last = *dims.last().ok_or(FormulaError::UnexpectedShape)?;
-    let index = if last < 0 { last + out.len() as i64 } else { last };
-    *usize::try_from(index).ok().and_then(|i| out.get_mut(i)).ok_or(FormulaError::UnexpectedShape)? = last_size;
-    let elements = numel(&out)?;
+    let (index, _) = last_transformed(input.dims, dims)?;
+    let elements = resized_numel(input.dims, index, last_size)?;
     let scaling = if args.int(2).unwrap_or(0) != 0 { elements } else { 0 };
-    transform(elements, log_lengths(&out, dims)?, 0.5, scaling)
+    transform(elements, log_lengths(input.dims, dims, Some((index, last_size)))?, 0.5, scaling)
 }
 
 #[cfg(test)]

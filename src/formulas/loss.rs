@@ -8,15 +8,7 @@
 //! per element for a `weight` tensor; their backward kernels count per input element too.
 
 use super::{add, mul, require_tensor, FormulaError};
-use crate::args::{Arg, Args};
-
-fn scalar(args: &Args, index: usize) -> Option<f64> {
-    match args.get(index)? {
-        Arg::Double(v) => Some(v),
-        Arg::Int(v) => Some(v as f64),
-        _ => None,
-    }
-}
+use crate::args::Args;
 
 /// `(N, C)` of a `[N, C]` (or `[C]`) score tensor at `index`.
 fn scores(args: &Args, index: usize) -> Result<(u64, u64), FormulaError> {
@@ -32,8 +24,8 @@ fn scores(args: &Args, index: usize) -> Result<(u64, u64), FormulaError> {
 /// (`p = 2`), +1 for a class weight.
 pub fn multi_margin_loss(args: &Args) -> Result<u64, FormulaError> {
     let (rows, classes) = scores(args, 0)?;
-    let squared = u64::from(scalar(args, 2) == Some(2.0));
-    let weighted = u64::from(matches!(args.get(4), Some(Arg::Tensor(_))));
+    let squared = u64::from(args.scalar(2) == Some(2.0));
+    let weighted = u64::from(args.has_tensor(4));
     mul(mul(rows, classes)?, 4 + squared + weighted)
 }
 
@@ -41,8 +33,8 @@ pub fn multi_margin_loss(args: &Args) -> Result<u64, FormulaError> {
 /// score, the margin's test (1) and the gradient's scale (1), +1 for `p = 2`, +1 for a weight.
 pub fn multi_margin_loss_backward(args: &Args) -> Result<u64, FormulaError> {
     let (rows, classes) = scores(args, 1)?;
-    let squared = u64::from(scalar(args, 3) == Some(2.0));
-    let weighted = u64::from(matches!(args.get(5), Some(Arg::Tensor(_))));
+    let squared = u64::from(args.scalar(3) == Some(2.0));
+    let weighted = u64::from(args.has_tensor(5));
     mul(mul(rows, classes)?, 2 + squared + weighted)
 }
 
@@ -114,7 +106,7 @@ fn elementwise(
 ) -> Result<u64, FormulaError> {
     let elements = require_tensor(args, input)?.numel().ok_or(FormulaError::Overflow)?;
     let reduces = reduction.is_some_and(|i| args.int(i).unwrap_or(1) != REDUCTION_NONE);
-    let weighted = weight.is_some_and(|i| matches!(args.get(i), Some(Arg::Tensor(_))));
+    let weighted = weight.is_some_and(|i| args.has_tensor(i));
     mul(elements, add(per_element, u64::from(reduces) + u64::from(weighted))?)
 }
 
@@ -158,7 +150,7 @@ pub fn binary_cross_entropy_backward(args: &Args) -> Result<u64, FormulaError> {
 
 fn per_target(args: &Args, target: usize, weight: usize) -> Result<u64, FormulaError> {
     let elements = require_tensor(args, target)?.numel().ok_or(FormulaError::Overflow)?;
-    let weighted = matches!(args.get(weight), Some(Arg::Tensor(_)));
+    let weighted = args.has_tensor(weight);
     mul(elements, if weighted { 2 } else { 1 })
 }
 

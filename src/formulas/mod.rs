@@ -975,6 +975,15 @@ pub(crate) fn add(a: u64, b: u64) -> Result<u64, FormulaError> {
     a.checked_add(b).ok_or(FormulaError::Overflow)
 }
 
+/// `ceil(log2(n))` for `n >= 1` (0 for 1): comparison counts of sorts and heaps.
+pub(crate) fn ceil_log2(n: u64) -> u64 {
+    if n <= 1 {
+        0
+    } else {
+        u64::from(64 - (n - 1).leading_zeros())
+    }
+}
+
 pub(crate) fn mul_all(factors: &[u64]) -> Result<u64, FormulaError> {
     factors.iter().try_fold(1u64, |acc, &f| mul(acc, f))
 }

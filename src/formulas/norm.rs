@@ -7,7 +7,7 @@
 //! statistics: they cost what training-mode batch normalization does, in every mode.
 
 use super::{mul, require_tensor, FormulaError};
-use crate::args::{Arg, Args};
+use crate::args::Args;
 
 fn per_element(training: bool, affine: bool) -> u64 {
     match (training, affine) {
@@ -16,10 +16,6 @@ fn per_element(training: bool, affine: bool) -> u64 {
         (false, true) => 2,
         (false, false) => 1,
     }
-}
-
-fn has_tensor(args: &Args, index: usize) -> bool {
-    matches!(args.get(index), Some(Arg::Tensor(_)))
 }
 
 /// The first boolean argument at or after `from`: `training` in `native_batch_norm` and both
@@ -33,13 +29,13 @@ fn first_bool(args: &Args, from: usize) -> Result<bool, FormulaError> {
 pub fn batch_norm(args: &Args) -> Result<u64, FormulaError> {
     let input = require_tensor(args, 0)?;
     let training = first_bool(args, 3)?;
-    mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(training, has_tensor(args, 1)))
+    mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(training, args.has_tensor(1)))
 }
 
 /// `_native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, ...)`.
 pub fn batch_norm_no_training(args: &Args) -> Result<u64, FormulaError> {
     let input = require_tensor(args, 0)?;
-    mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(false, has_tensor(args, 1)))
+    mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(false, args.has_tensor(1)))
 }
 
 /// `native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
@@ -47,7 +43,7 @@ pub fn batch_norm_no_training(args: &Args) -> Result<u64, FormulaError> {
 pub fn batch_norm_backward(args: &Args) -> Result<u64, FormulaError> {
     let input = require_tensor(args, 1)?;
     let training = args.bool(7).ok_or(FormulaError::MissingArgument(7))?;
-    let forward = mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(training, has_tensor(args, 2)))?;
+    let forward = mul(input.numel().ok_or(FormulaError::Overflow)?, per_element(training, args.has_tensor(2)))?;
     mul(forward, 2)
 }
 
@@ -57,37 +53,37 @@ fn numel_times(input_index: usize, args: &Args, per: u64) -> Result<u64, Formula
 
 /// `native_layer_norm(input, normalized_shape, weight, bias, eps)`.
 pub fn layer_norm(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(0, args, per_element(true, has_tensor(args, 2)))
+    numel_times(0, args, per_element(true, args.has_tensor(2)))
 }
 
 /// `native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias,
 /// output_mask)`: twice the forward.
 pub fn layer_norm_backward(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(1, args, 2 * per_element(true, has_tensor(args, 5)))
+    numel_times(1, args, 2 * per_element(true, args.has_tensor(5)))
 }
 
 /// `native_group_norm(input, weight, bias, N, C, HxW, group, eps)`.
 pub fn group_norm(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(0, args, per_element(true, has_tensor(args, 1)))
+    numel_times(0, args, per_element(true, args.has_tensor(1)))
 }
 
 /// `native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
 /// output_mask)`: twice the forward.
 pub fn group_norm_backward(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(1, args, 2 * per_element(true, has_tensor(args, 4)))
+    numel_times(1, args, 2 * per_element(true, args.has_tensor(4)))
 }
 
 /// `_fused_rms_norm(input, normalized_shape, weight, eps)`: the mean square and the scaling, 3
 /// FLOPs per element (a square, an add and a multiply), 4 with a weight; no mean is removed,
 /// so one fewer than layer normalization's statistics.
 pub fn rms_norm(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(0, args, 3 + u64::from(has_tensor(args, 2)))
+    numel_times(0, args, 3 + u64::from(args.has_tensor(2)))
 }
 
 /// `_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask)`:
 /// twice the forward.
 pub fn rms_norm_backward(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(1, args, 2 * (3 + u64::from(has_tensor(args, 4))))
+    numel_times(1, args, 2 * (3 + u64::from(args.has_tensor(4))))
 }
 
 /// `_weight_norm_interface(v, g, dim)`: `v`'s norms (a square and an add per element) and

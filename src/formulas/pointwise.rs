@@ -76,20 +76,8 @@ pub fn foreach<const K: u64>(args: &Args) -> Result<u64, FormulaError> {
     mul(total, K)
 }
 
-fn scalar(args: &Args, index: usize) -> Option<f64> {
-    match args.get(index)? {
-        Arg::Double(v) => Some(v),
-        Arg::Int(v) => Some(v as f64),
-        _ => None,
-    }
-}
-
 fn flag(args: &Args, index: usize) -> u64 {
     u64::from(args.bool(index).unwrap_or(false))
-}
-
-fn has_tensor(args: &Args, index: usize) -> u64 {
-    u64::from(matches!(args.get(index), Some(Arg::Tensor(_))))
 }
 
 /// Elements of the first tensor list (the parameters of a fused optimizer step).
@@ -105,8 +93,8 @@ fn list_elements(args: &Args) -> Result<u64, FormulaError> {
 /// +1 with amsgrad (the running maximum), +1 to maximize (the negated gradient), +1 with a
 /// gradient scale (unscaling).
 pub fn fused_adam(args: &Args) -> Result<u64, FormulaError> {
-    let decay = u64::from(scalar(args, 9).unwrap_or(0.0) != 0.0);
-    let per = 13 + decay + flag(args, 11) + flag(args, 12) + has_tensor(args, 13);
+    let decay = u64::from(args.scalar(9).unwrap_or(0.0) != 0.0);
+    let per = 13 + decay + flag(args, 11) + flag(args, 12) + u64::from(args.has_tensor(13));
     mul(list_elements(args)?, per)
 }
 
@@ -116,11 +104,11 @@ pub fn fused_adam(args: &Args) -> Result<u64, FormulaError> {
 /// the first step, which copies the gradient), +1 with weight decay, +1 for Nesterov, +1 to
 /// maximize, +1 with a gradient scale.
 pub fn fused_sgd(args: &Args) -> Result<u64, FormulaError> {
-    let momentum = scalar(args, 4).unwrap_or(0.0) != 0.0;
+    let momentum = args.scalar(4).unwrap_or(0.0) != 0.0;
     let buffer = if momentum && !args.bool(9).unwrap_or(false) { 2 } else { 0 };
-    let decay = u64::from(scalar(args, 3).unwrap_or(0.0) != 0.0);
+    let decay = u64::from(args.scalar(3).unwrap_or(0.0) != 0.0);
     let nesterov = if momentum { flag(args, 7) } else { 0 };
-    let per = 1 + buffer + decay + nesterov + flag(args, 8) + has_tensor(args, 10);
+    let per = 1 + buffer + decay + nesterov + flag(args, 8) + u64::from(args.has_tensor(10));
     mul(list_elements(args)?, per)
 }
 
@@ -129,8 +117,8 @@ pub fn fused_sgd(args: &Args) -> Result<u64, FormulaError> {
 /// `foreach=True` (9: the squared-gradient sum 3, its root 1, eps 1, the step size 1, the update
 /// 3), +1 with weight decay, +1 to maximize, +1 with a gradient scale.
 pub fn fused_adagrad(args: &Args) -> Result<u64, FormulaError> {
-    let decay = u64::from(scalar(args, 6).unwrap_or(0.0) != 0.0);
-    let per = 9 + decay + flag(args, 8) + has_tensor(args, 9);
+    let decay = u64::from(args.scalar(6).unwrap_or(0.0) != 0.0);
+    let per = 9 + decay + flag(args, 8) + u64::from(args.has_tensor(9));
     mul(list_elements(args)?, per)
 }
 

@@ -17,7 +17,7 @@
 //!   `index_add`, `_embedding_bag` and its gradients): 1 per element accumulated (+1 for a
 //!   multiply: `index_add`'s `alpha`, per-sample weights); a plain `scatter` is a copy (0).
 
-use super::{add, dim, mul, require_tensor, FormulaError};
+use super::{add, ceil_log2, dim, mul, require_tensor, FormulaError};
 use crate::args::{Arg, Args};
 
 /// `(rows, n)` of a tensor reduced or sorted along `dim` (negative counts from the end).
@@ -32,15 +32,6 @@ fn rows_along(args: &Args, tensor: usize, along: i64) -> Result<(u64, u64), Form
     let n = usize::try_from(index).ok().filter(|&i| i < t.dims.len()).ok_or(FormulaError::UnexpectedShape)?;
     let n = dim(&t, n)?;
     Ok((numel.checked_div(n).unwrap_or(0), n))
-}
-
-/// `ceil(log2(n))` for `n >= 1` (0 for 1).
-fn ceil_log2(n: u64) -> u64 {
-    if n <= 1 {
-        0
-    } else {
-        u64::from(64 - (n - 1).leading_zeros())
-    }
 }
 
 /// `n ceil(log2 n)` comparisons for each of `rows` rows.
@@ -86,14 +77,6 @@ pub fn unique(args: &Args) -> Result<u64, FormulaError> {
     add(sorted_rows(1, n)?, n)
 }
 
-fn scalar(args: &Args, index: usize) -> Option<f64> {
-    match args.get(index)? {
-        Arg::Double(v) => Some(v),
-        Arg::Int(v) => Some(v as f64),
-        _ => None,
-    }
-}
-
 /// `isin.Tensor_Tensor(elements, test_elements, ...)`, `isin.Tensor_Scalar(elements, test, ...)`
 /// and `isin.Scalar_Tensor(element, test_elements, ...)`.
 pub fn isin(args: &Args) -> Result<u64, FormulaError> {
@@ -117,7 +100,7 @@ pub fn isin(args: &Args) -> Result<u64, FormulaError> {
 /// `histc(self, bins, min, max)`.
 pub fn histc(args: &Args) -> Result<u64, FormulaError> {
     let n = require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?;
-    let (low, high) = (scalar(args, 2).unwrap_or(0.0), scalar(args, 3).unwrap_or(0.0));
+    let (low, high) = (args.scalar(2).unwrap_or(0.0), args.scalar(3).unwrap_or(0.0));
     mul(n, if low == high { 5 } else { 3 })
 }
 
@@ -140,14 +123,14 @@ pub fn scatter(args: &Args) -> Result<u64, FormulaError> {
 /// when `alpha` is not 1.
 pub fn index_add(args: &Args) -> Result<u64, FormulaError> {
     let n = require_tensor(args, 3)?.numel().ok_or(FormulaError::Overflow)?;
-    mul(n, if scalar(args, 4).unwrap_or(1.0) == 1.0 { 1 } else { 2 })
+    mul(n, if args.scalar(4).unwrap_or(1.0) == 1.0 { 1 } else { 2 })
 }
 
 /// Elements gathered into bags: `indices` x the embedding width `width`, doubled when the
 /// argument `weights` holds per-sample weights (a multiply each).
 fn bagged(args: &Args, indices: usize, width: u64, weights: usize) -> Result<u64, FormulaError> {
     let n = mul(require_tensor(args, indices)?.numel().ok_or(FormulaError::Overflow)?, width)?;
-    mul(n, if matches!(args.get(weights), Some(Arg::Tensor(_))) { 2 } else { 1 })
+    mul(n, if args.has_tensor(weights) { 2 } else { 1 })
 }
 
 /// `_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
