@@ -69,11 +69,15 @@ setup(
     install_requires=["torch>=2.1,<3"],
     package_dir={"": "python"},
     packages=["torchscan", "torchscan.cli", "torchscan.modules", "torchscan.process"],
-    package_data={"torchscan": ["py.typed", "schemas/*.json", "_hooks.pyi"]},
+    package_data={"torchscan": ["py.typed", "schemas/*.json", "_hooks.pyi", "_wire.pyi"]},
     entry_points={"console_scripts": ["torchscan = torchscan.cli:main"]},
     # The module hooks' fast path (python/torchscan/_hooks.c): plain C on the Python C API, no
     # torch headers; it reaches the native library through addresses that library hands out.
-    ext_modules=[Extension("torchscan._hooks", ["python/torchscan/_hooks.c"], extra_compile_args=["-O2"])],
+    # compare_reports' input, encoded at C speed (python/torchscan/_wire.c), likewise torch-free.
+    ext_modules=[
+        Extension("torchscan._hooks", ["python/torchscan/_hooks.c"], extra_compile_args=["-O2"]),
+        Extension("torchscan._wire", ["python/torchscan/_wire.c"], extra_compile_args=["-O2"]),
+    ],
     cmdclass={"build_py": BuildNative},
     distclass=BinaryDistribution,
     zip_safe=False,

@@ -31,6 +31,39 @@ struct Document {
     layers: Vec<LayerCall>,
     parameter_totals: ParameterTotals,
     torch_version: String,
+    /// `summary`'s table, drawn from the report in the same call (no second trip through JSON).
+    #[serde(default)]
+    table: Option<TableRequest>,
+}
+
+/// The table `summary` prints: `format_info`'s options and `aggregate_info`'s depth.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableRequest {
+    wrap_mode: Option<String>,
+    receptive_field: bool,
+    effective_rf_stats: bool,
+    max_depth: Option<u64>,
+    max_width: Option<usize>,
+}
+
+impl TableRequest {
+    fn draw(&self, report: &AnalysisReport) -> Result<String> {
+        let wrap = crate::summary::Wrap::parse(self.wrap_mode.as_deref())?;
+        let draw = |report: &AnalysisReport| {
+            crate::summary::format_info(report, wrap, self.receptive_field, self.effective_rf_stats, self.max_width)
+        };
+        let Some(depth) = self.max_depth else { return draw(report) };
+        if !report.layers.is_empty() && !report.layers.iter().any(|layer| layer.depth == depth) {
+            let deepest = report.layers.iter().map(|layer| layer.depth).max().unwrap_or_default();
+            return Err(Error::BadArgument(format!("max_depth {depth} is higher than the module depth ({deepest}).")));
+        }
+        let view = AnalysisReport {
+            layers: report.layers.iter().filter(|layer| layer.depth <= depth).cloned().collect(),
+            ..report.clone()
+        };
+        draw(&view)
+    }
 }
 
 #[derive(Deserialize, PartialEq, Eq, Clone, Copy)]
@@ -93,6 +126,8 @@ enum CallShapes {
 struct Assembled<'a> {
     report: &'a AnalysisReport,
     incomplete: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    table: Option<String>,
 }
 
 fn diagnostic(code: &str, metric: &str, path: &str, message: String) -> Diagnostic {
@@ -261,8 +296,14 @@ fn per_call(report: &mut FlopReport, layers: usize) -> Vec<Option<MetricResult>>
 /// The report, and the names of its incomplete metrics. `flops` is the FlopReport of the same
 /// forward (from the session), `None` in structure mode.
 pub fn assemble(document: &str, flops: Option<FlopReport>) -> Result<(AnalysisReport, Vec<String>)> {
-    let doc: Document = serde_json::from_str(document)
-        .map_err(|e| Error::BadAnalysisInput(format!("malformed analysis document: {e}")))?;
+    assemble_document(parse(document)?, flops)
+}
+
+fn parse(document: &str) -> Result<Document> {
+    serde_json::from_str(document).map_err(|e| Error::BadAnalysisInput(format!("malformed analysis document: {e}")))
+}
+
+fn assemble_document(doc: Document, flops: Option<FlopReport>) -> Result<(AnalysisReport, Vec<String>)> {
     let full = doc.mode == Mode::Full;
     let mut operator_flops = match flops {
         Some(report) if full => report,
@@ -297,10 +338,14 @@ pub fn assemble(document: &str, flops: Option<FlopReport>) -> Result<(AnalysisRe
     Ok((report, incomplete.into_iter().collect()))
 }
 
-/// [`assemble`] as JSON: `{"report": AnalysisReport, "incomplete": [metric names]}`.
+/// [`assemble`] as JSON: `{"report": AnalysisReport, "incomplete": [metric names]}`, and
+/// `"table"` (the text `summary` prints) when the document asks for one.
 pub fn assemble_json(document: &str, flops: Option<FlopReport>) -> Result<String> {
-    let (report, incomplete) = assemble(document, flops)?;
-    serde_json::to_string(&Assembled { report: &report, incomplete: &incomplete })
+    let mut doc = parse(document)?;
+    let request = doc.table.take();
+    let (report, incomplete) = assemble_document(doc, flops)?;
+    let table = request.map(|request| request.draw(&report)).transpose()?;
+    serde_json::to_string(&Assembled { report: &report, incomplete: &incomplete, table })
         .map_err(|e| Error::Internal(format!("the report cannot be serialized: {e}")))
 }
 
@@ -555,5 +600,31 @@ mod tests {
         let doc = document("full", vec![layer("m", true, Value::Null, json!([[1], [1]]))]);
         let error = assemble_json(&doc, Some(flops())).unwrap_err();
         assert!(error.to_string().contains("module m has no descriptor"), "{error}");
+    }
+
+    #[test]
+    fn the_table_summary_prints_is_drawn_in_the_same_call() {
+        let with_table = |table: Value| {
+            let mut doc: Value = serde_json::from_str(&document("full", vec![container(), linear()])).unwrap();
+            doc["table"] = table;
+            assemble_json(&doc.to_string(), Some(flops()))
+        };
+        let request = json!({"wrap_mode": "mid", "receptive_field": false, "effective_rf_stats": false,
+            "max_depth": null, "max_width": null});
+        let out: Value = serde_json::from_str(&with_table(request.clone()).unwrap()).unwrap();
+        let report: AnalysisReport = serde_json::from_value(out["report"].clone()).unwrap();
+        let expected = crate::summary::format_info(&report, crate::summary::Wrap::Mid, false, false, None).unwrap();
+        assert_eq!(out["table"], expected.as_str());
+        // Without a request there is no table; a depth no layer has is refused, naming the deepest.
+        assert!(serde_json::from_str::<Value>(
+            &assemble_json(&document("full", vec![linear()]), Some(flops())).unwrap()
+        )
+        .unwrap()
+        .get("table")
+        .is_none());
+        let mut too_deep = request;
+        too_deep["max_depth"] = json!(9);
+        let error = with_table(too_deep).unwrap_err().to_string();
+        assert!(error.starts_with("max_depth 9 is higher than the module depth ("), "{error}");
     }
 }

@@ -25,7 +25,7 @@ from ._session import NativeSession
 from .errors import IncompleteAnalysisError
 from .modules._descriptors import describe, family, first_tensor
 from .report import AnalysisReport
-from .utils import aggregate_info, format_info
+from .utils import table_request
 
 __all__ = ["crawl_module", "summary"]
 
@@ -55,6 +55,21 @@ def crawl_module(
     shapes, parameters and buffers only. ``strict=True`` raises IncompleteAnalysisError (carrying
     the report) when a requested total is not complete or any diagnostic exists.
     """
+    return _crawl(module, input_shape, dtype, args, kwargs, device, strict, mode, None)[0]
+
+
+def _crawl(
+    module: nn.Module,
+    input_shape: tuple[int, ...] | list[tuple[int, ...]] | None,
+    dtype: torch.dtype | Iterable[torch.dtype] | None,
+    args: tuple[Any, ...] | None,
+    kwargs: Mapping[str, Any] | None,
+    device: torch.device | str | None,
+    strict: bool,
+    mode: Mode,
+    table: dict[str, Any] | None,
+) -> tuple[AnalysisReport, str | None]:
+    """crawl_module; with ``table`` (summary's options), also the table, drawn by the same native call."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
     if mode not in ("full", "structure"):
@@ -66,7 +81,9 @@ def crawl_module(
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
     recorder = _Recorder(module, named, full=mode == "full")
     with _model_lock(module):
-        return _analyse(module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict)
+        return _analyse(
+            module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict, table
+        )
 
 
 def _analyse(
@@ -80,7 +97,8 @@ def _analyse(
     params: list[torch.Tensor],
     buffers: list[torch.Tensor],
     strict: bool,
-) -> AnalysisReport:
+    table: dict[str, Any] | None,
+) -> tuple[AnalysisReport, str | None]:
     """The forward pass and the report, with the model's flags saved and restored around it."""
     context = _context(module, mode, params + buffers)
     flags = [(m, m.training) for _, m in named]
@@ -111,6 +129,8 @@ def _analyse(
             "parameter_totals": _parameter_totals(params, buffers),
             "torch_version": torch.__version__,
         }
+        if table is not None:
+            document["table"] = table
         # The document is built here from plain lists and dicts: no cycles to check for.
         text = json.dumps(document, check_circular=False)
         if session is not None:
@@ -125,7 +145,7 @@ def _analyse(
     report: AnalysisReport = result["report"]
     if strict and result["incomplete"]:
         raise IncompleteAnalysisError(f"Analysis is incomplete for: {', '.join(result['incomplete'])}.", report)
-    return report
+    return report, result.get("table")
 
 
 def summary(
@@ -144,9 +164,9 @@ def summary(
     mode: Mode = "full",
 ) -> AnalysisReport:
     """crawl_module, then prints the layer table; returns the same AnalysisReport."""
-    report = crawl_module(module, input_shape, dtype, args=args, kwargs=kwargs, device=device, strict=strict, mode=mode)
-    display = aggregate_info(report, max_depth) if max_depth is not None else report
-    print(format_info(display, wrap_mode, receptive_field, effective_rf_stats))
+    request = table_request(wrap_mode, receptive_field, effective_rf_stats, max_depth, None)
+    report, table = _crawl(module, input_shape, dtype, args, kwargs, device, strict, mode, request)
+    print(table)
     return report
 
 

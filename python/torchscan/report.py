@@ -106,6 +106,8 @@ class MetricDiff(TypedDict):
     delta: int | float | None
     before: MetricResult | None
     after: MetricResult | None
+    # Why the sides cannot be compared (another unit, scope or method); status is "unavailable".
+    reason: NotRequired[str]
 
 
 class LayerSnapshot(TypedDict):

@@ -23,12 +23,7 @@ def format_info(
 ) -> str:
     """The table `summary` prints for ``report`` (rendered by the native core). ``max_width``
     (a terminal's width, say) narrows the Layer, Output Shape and Type columns to fit it."""
-    if wrap_mode not in ("mid", "end", None):
-        # An option string is echoed; any other object only by its type (its repr may hold data).
-        shown = repr(wrap_mode) if isinstance(wrap_mode, str) else f"a {type(wrap_mode).__name__}"
-        raise ValueError(f"wrap_mode must be 'mid', 'end' or None, got {shown}")
-    if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
-        raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
+    table_request(wrap_mode, receptive_field, effective_rf_stats, None, max_width)
     _layers(report, "format_info")
     if not isinstance(report.get("totals"), Mapping):
         raise ValueError("report['totals'] must be a mapping of the AnalysisReport's totals")
@@ -44,12 +39,38 @@ def format_info(
     return table
 
 
-def aggregate_info(report: AnalysisReport, max_depth: int) -> AnalysisReport:
-    """A copy of ``report`` whose layers stop at ``max_depth`` (totals unchanged)."""
+def table_request(
+    wrap_mode: object, receptive_field: object, effective_rf_stats: object, max_depth: object, max_width: object
+) -> dict[str, Any]:
+    """The table options, checked, as the native core reads them (`summary` sends them with the
+    analysis, so that the report is drawn in the same native call that assembles it)."""
+    if wrap_mode not in ("mid", "end", None):
+        # An option string is echoed; any other object only by its type (its repr may hold data).
+        shown = repr(wrap_mode) if isinstance(wrap_mode, str) else f"a {type(wrap_mode).__name__}"
+        raise ValueError(f"wrap_mode must be 'mid', 'end' or None, got {shown}")
+    if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
+        raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
+    if max_depth is not None:
+        _check_depth(max_depth)
+    return {
+        "wrap_mode": wrap_mode,
+        "receptive_field": bool(receptive_field),
+        "effective_rf_stats": bool(effective_rf_stats),
+        "max_depth": max_depth,
+        "max_width": max_width,
+    }
+
+
+def _check_depth(max_depth: object) -> None:
     if not isinstance(max_depth, int) or isinstance(max_depth, bool):
         raise TypeError(f"max_depth must be an integer, got {type(max_depth).__name__}")
     if max_depth < 0:
         raise ValueError(f"max_depth must be non-negative, got {max_depth}.")
+
+
+def aggregate_info(report: AnalysisReport, max_depth: int) -> AnalysisReport:
+    """A copy of ``report`` whose layers stop at ``max_depth`` (totals unchanged)."""
+    _check_depth(max_depth)
     layers = _layers(report, "aggregate_info")
     for i, layer in enumerate(layers):
         depth = layer.get("depth") if isinstance(layer, Mapping) else None

@@ -65,6 +65,11 @@ pub struct MetricDiff {
     pub before: Option<ComparedMetric>,
     #[schemars(schema_with = "nullable_number")]
     pub delta: Option<Number>,
+    /// Why the two sides cannot be compared, when they measure the metric differently (another
+    /// unit, scope or method); the status is then `unavailable`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "String")]
+    pub reason: Option<String>,
     pub status: Status,
 }
 

@@ -76,11 +76,6 @@ def test_identical_reports_differ_by_zero():
             TypeError,
             r"before\['totals'\] keys must be strings",
         ),
-        (
-            lambda r: {**r, "totals": {**r["totals"], "macs": {**r["totals"]["macs"], "unit": "FLOPs"}}},
-            ValueError,
-            "metric 'macs' has incompatible unit",
-        ),
     ],
 )
 def test_malformed_reports(mutate, error, message):
@@ -136,8 +131,101 @@ def test_reports_of_torchscan_0_2_are_accepted():
     diff = compare_reports(upstream_report(388_800), upstream_report(400_000))
     assert diff["totals"]["operator_flops"]["delta"] == 11_200
     assert diff["layers"]["changed"][0]["metrics"]["module_flops"]["delta"] == 11_200
-    # Against one of ours, the module-formula metrics compare; operator counts by different
-    # methods do not (and say so).
+    # Against one of ours (across the migration), everything comparable is compared: the
+    # module-formula metrics; operator counts by different methods are unavailable, saying why.
     ours = crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))
-    with pytest.raises(ValueError, match="metric 'operator_flops' has incompatible method"):
-        compare_reports(upstream_report(388_800), ours)
+    # Conv2d(3, 8, 3) on 32x32: 8 x 30 x 30 outputs, 27 multiply-adds and a bias each.
+    assert ours["totals"]["module_flops"]["value"] == 8 * 30 * 30 * (2 * 27 - 1 + 1)
+    diff = compare_reports(upstream_report(388_800), ours)
+    assert diff["totals"]["module_flops"]["status"] == "complete"
+    assert diff["totals"]["module_flops"]["delta"] == 8 * 30 * 30 * 54 - 388_800
+    operator = diff["totals"]["operator_flops"]
+    assert (operator["status"], operator["delta"]) == ("unavailable", None)
+    assert operator["reason"] == (
+        "measured differently: method 'torch.utils.flop_counter.FlopCounterMode' before, "
+        "'torchscan_native_dispatch' after"
+    )
+    assert operator["before"]["value"] == 388_800
+    assert operator["after"]["value"] == ours["totals"]["operator_flops"]["value"]
+    assert "reason" not in diff["totals"]["module_flops"]
+
+
+def test_a_metric_measured_in_another_unit_is_unavailable_with_its_reason():
+    small, big = reports()
+    other = {**small, "totals": {**small["totals"], "macs": {**small["totals"]["macs"], "unit": "FLOPs"}}}
+    macs = compare_reports(other, big)["totals"]["macs"]
+    assert (macs["status"], macs["delta"], macs["reason"]) == (
+        "unavailable",
+        None,
+        "measured differently: unit 'FLOPs' before, 'MACs' after",
+    )
+
+
+def test_schema_versions_are_compared_before_anything_else():
+    # As torchscan 0.2: reports of different versions are not read further.
+    with pytest.raises(ValueError, match="schema versions differ: 1 != 2"):
+        compare_reports({"schema_version": 1}, {"schema_version": 2})
+    with pytest.raises(ValueError, match="unsupported schema version: 2"):
+        compare_reports({"schema_version": 2}, {"schema_version": 2})
+    with pytest.raises(TypeError, match=r"before\['totals'\] must be a mapping"):
+        compare_reports({"schema_version": 1}, {"schema_version": 1})
+
+
+def test_fields_the_comparison_does_not_read_are_not_read():
+    # Context, inputs and other layer fields may hold anything (tuples in a 0.2 report, a cycle).
+    small, big = reports()
+    odd = copy.deepcopy(small)
+    odd["context"]["self"] = odd
+    odd["inputs"]["shapes"] = ((1, 4), float("nan"), object())
+    odd["layers"][0]["output_shape"] = (None, 4)
+    assert compare_reports(odd, big) == compare_reports(small, big)
+
+
+def test_the_c_encoder_writes_what_the_checking_walker_writes():
+    # Plain reports take the C encoder (torchscan/_wire.c); the walker is the reference.
+    import json
+
+    from torchscan import _wire
+    from torchscan.compare import _checked_wire
+
+    small, big = reports()
+    odd = copy.deepcopy(big)
+    odd["layers"][1]["path"] = 'quote " backslash \\ tab \t é 漢 \U0001f600'
+    odd["layers"][1]["metrics"]["macs"]["note"] = {"unread": (1, 2)}  # a metric's unread field
+    odd["totals"]["macs"] = {**odd["totals"]["macs"], "value": 2**64 - 1, "known_value": 2**64 - 1}
+    odd["totals"]["receptive"] = {"status": "complete", "value": -0.1, "known_value": -0.1}
+    for report in (small, big, odd):
+        encoded = _wire.encode(report)
+        assert encoded is not None
+        assert json.loads(encoded) == json.loads(_checked_wire(report, "before"))
+
+
+class _Status(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda r: r.update(layers=tuple(r["layers"])),
+        lambda r: r["layers"][0].update(call_index=True),
+        lambda r: r["layers"][0].update(call_index=2**63),
+        lambda r: r["layers"][0].update(path="\ud800"),
+        lambda r: r["totals"].update({3: r["totals"]["macs"]}),
+        lambda r: r["totals"]["macs"].update(value=math.inf),
+        lambda r: r["totals"]["macs"].update(value=2**64),
+        lambda r: r["totals"]["macs"].update(value=True),
+        lambda r: r["totals"]["macs"].update(status=_Status("complete")),
+        lambda r: r["layers"][0].update(metrics=list(r["layers"][0]["metrics"].items())),
+    ],
+)
+def test_what_the_c_encoder_cannot_take_goes_to_the_walker(mutate):
+    from torchscan import _wire
+
+    small, big = reports()
+    mutate(small)
+    assert _wire.encode(small) is None
+    try:  # the walker's answer, whatever it is, is compare_reports'
+        compare_reports(small, big)
+    except (TypeError, ValueError) as error:
+        assert "before[" in str(error)

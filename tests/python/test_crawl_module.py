@@ -219,6 +219,22 @@ def test_summary_prints_the_table_and_returns_the_report(capsys):
     assert report["totals"] == crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))["totals"]
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"max_depth": 1}, {"max_depth": 0, "wrap_mode": "end"}, {"receptive_field": True, "effective_rf_stats": True}],
+)
+def test_summary_draws_what_format_info_draws_of_the_report(options, capsys):
+    # summary has the table drawn by the native call that assembles the report (no second trip
+    # through JSON); it is the table format_info draws of the returned report.
+    model = nn.Sequential(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+    report = summary(model, (3, 8, 8), **options)
+    printed = capsys.readouterr().out
+    depth = options.get("max_depth")
+    view = aggregate_info(report, depth) if depth is not None else report
+    rf = {k: v for k, v in options.items() if k != "max_depth"}
+    assert printed == format_info(view, **rf) + "\n"
+
+
 def test_aggregate_info_and_format_info():
     report = crawl_module(nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.ReLU()), (2,))
     assert [layer["depth"] for layer in aggregate_info(report, 1)["layers"]] == [0, 1, 1]
