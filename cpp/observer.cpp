@@ -325,6 +325,26 @@ struct ThreadSlot {
 };
 thread_local std::array<ThreadSlot, kSlots> t_slots;
 
+// Per thread and slot: the thread-local counting callback this thread installed, and for which
+// session (generation). A session closed or discarded on another thread cannot remove this
+// thread's callback (thread-local callbacks are removed on their own thread): it stays until
+// its next event here, which finds the slot free or taken by another session and removes it.
+struct Installed {
+  uint64_t generation = 0;
+  uint64_t callback = 0;
+};
+thread_local std::array<Installed, kSlots> t_installed;
+
+// True when this thread's callback for `slot` belongs to a session that is gone (now removed).
+inline bool orphaned_here(std::size_t slot) {
+  Installed& mine = t_installed[slot];
+  if (mine.callback == 0 || mine.generation == g_generation[slot].load(std::memory_order_acquire)) return false;
+  // Safe inside a callback: the running RecordFunction holds its own copy of the callbacks.
+  at::removeCallback(mine.callback);
+  mine = Installed{};
+  return true;
+}
+
 inline ThreadSlot* active(std::size_t slot, uint64_t& generation) {
   generation = g_generation[slot].load(std::memory_order_acquire);
   if (generation == 0) return nullptr;
@@ -491,9 +511,12 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
 template <std::size_t Slot>
 std::unique_ptr<at::ObserverContext> start_trampoline(const at::RecordFunction& fn) {
   Origin origin = Origin::Followed;
-  if (g_all_threads[Slot].load(std::memory_order_relaxed) &&
-      at::RecordFunction::currentThreadId() != g_owner[Slot].load(std::memory_order_relaxed)) {
-    origin = Origin::Foreign;
+  if (g_all_threads[Slot].load(std::memory_order_relaxed)) {
+    if (at::RecordFunction::currentThreadId() != g_owner[Slot].load(std::memory_order_relaxed)) {
+      origin = Origin::Foreign;
+    }
+  } else if (orphaned_here(Slot)) {
+    return nullptr;
   }
   on_start(Slot, fn, origin);
   return nullptr;
@@ -501,6 +524,7 @@ std::unique_ptr<at::ObserverContext> start_trampoline(const at::RecordFunction& 
 
 template <std::size_t Slot>
 void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (orphaned_here(Slot)) return;
   on_end(Slot, fn);
 }
 
@@ -550,7 +574,10 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
     callbacks.counting = at::addGlobalCallback(counting);
     return callbacks;
   }
+  // A callback this thread still carries for a session of this slot that was closed elsewhere.
+  orphaned_here(slot);
   callbacks.counting = at::addThreadLocalCallback(counting);
+  t_installed[slot] = Installed{generation, callbacks.counting};
   try {
     auto detecting = at::RecordFunctionCallback(kTrampolines[slot].detect_start, kTrampolines[slot].detect_end)
                          .scopes({at::RecordScope::FUNCTION});
@@ -567,10 +594,26 @@ void stop(std::size_t slot, Callbacks callbacks) {
   g_generation[slot].store(0, std::memory_order_release);
   if (callbacks.counting != 0) at::removeCallback(callbacks.counting);
   if (callbacks.detecting != 0) at::removeCallback(callbacks.detecting);
+  if (t_installed[slot].callback == callbacks.counting) t_installed[slot] = Installed{};
+}
+
+void orphan(std::size_t slot, Callbacks callbacks) {
+  if (slot >= kSlots) return;
+  g_generation[slot].store(0, std::memory_order_release);
+  // Global callbacks are removed from any thread; a thread-local one only on its own thread,
+  // where it removes itself at its next event (orphaned_here).
+  if (g_all_threads[slot].load(std::memory_order_relaxed) && callbacks.counting != 0) {
+    at::removeCallback(callbacks.counting);
+  }
+  if (callbacks.detecting != 0) at::removeCallback(callbacks.detecting);
 }
 
 uint64_t current_thread() {
   return at::RecordFunction::currentThreadId();
+}
+
+bool in_backward() {
+  return torch::autograd::get_current_graph_task_id() != -1;
 }
 
 }  // namespace torchscan::observer

@@ -20,7 +20,15 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
 // removed. Must run on the thread that called start().
 void stop(std::size_t slot, Callbacks callbacks);
 
+// Stops observing for `slot` from another thread than the one that called start(): later
+// events of that slot are dropped; the global callbacks are removed, and the opening thread's
+// thread-local one removes itself at that thread's next event.
+void orphan(std::size_t slot, Callbacks callbacks);
+
 // The thread id (RecordFunction's logical id) of the calling thread.
 uint64_t current_thread();
+
+// Whether the calling thread is executing an autograd graph task (a backward).
+bool in_backward();
 
 }  // namespace torchscan::observer

@@ -57,18 +57,40 @@ std::size_t slot_of(int64_t handle) {
   return static_cast<std::size_t>(static_cast<uint64_t>(handle) & (kSlots - 1));
 }
 
-// Stops the callbacks of `handle`'s session if it is still observing; true if it was.
+// Stops the callbacks of `handle`'s session if it is still observing; true if it was. A session
+// counts the thread that opened it: stopped on another thread (a `with count_flops()` inside a
+// generator closed elsewhere, a finalizer), it is discarded, its count lost, and closing it there
+// is an error (`discard` swallows it). Its slot is free at once: the opening thread's callback
+// removes itself at that thread's next operator (observer.cpp, orphaned_here).
 bool stop_observing(int64_t handle) {
   if (handle <= 0) return false;
-  Observing& o = g_observing[slot_of(handle)];
-  if (o.handle.load() != handle) return false;
+  std::size_t slot = slot_of(handle);
+  Observing& o = g_observing[slot];
+  int64_t expected = handle;
+  if (!o.handle.compare_exchange_strong(expected, 0)) return false;
+  observer::Callbacks callbacks{o.counting.exchange(0), o.detecting.exchange(0)};
+  uint64_t owner = o.thread.load();
   uint64_t here = observer::current_thread();
-  TORCH_CHECK(o.thread.load() == here, "torchscan session ", handle,
-              " must be closed on the thread that opened it (opened on thread ", o.thread.load(),
-              ", closing on thread ", here, ")");
-  observer::stop(slot_of(handle), observer::Callbacks{o.counting.exchange(0), o.detecting.exchange(0)});
-  o.handle.store(0);
-  return true;
+  if (owner == here) {
+    observer::stop(slot, callbacks);
+    return true;
+  }
+  observer::orphan(slot, callbacks);
+  ffi::discard_session(handle);
+  TORCH_CHECK(false, "torchscan session ", handle, " was opened on thread ", owner, " and closed on thread ", here,
+              ": a session counts the thread that opened it and must be closed there (a `with "
+              "torchscan.count_flops()` in a generator closed on another thread?); it is discarded");
+}
+
+// Refuses an operation on `handle` from another thread than the one that opened it, except the
+// autograd engine's threads (a CUDA backward runs there, with the opening thread's callbacks).
+void check_owner(int64_t handle, const char* operation) {
+  Observing& o = g_observing[slot_of(handle)];
+  if (handle <= 0 || o.handle.load() != handle) return;  // unknown or closed: the core says so
+  uint64_t owner = o.thread.load();
+  uint64_t here = observer::current_thread();
+  TORCH_CHECK(owner == here || observer::in_backward(), "torchscan session ", handle,
+              " belongs to thread ", owner, ": ", operation, " from thread ", here, " is refused");
 }
 
 int64_t live_sessions() {
@@ -240,17 +262,18 @@ void discard(int64_t handle) {
   try {
     stop_observing(handle);
   } catch (const c10::Error&) {
-    // Another thread's session: leave its callbacks alone, but free nothing it still uses.
-    return;
+    return;  // another thread's session: discarded there
   }
   ffi::discard_session(handle);
 }
 
 void push_scope(int64_t handle, const std::string& label) {
+  check_owner(handle, "push_scope");
   call_core([&] { ffi::push_scope(handle, label); });
 }
 
 void pop_scope(int64_t handle) {
+  check_owner(handle, "pop_scope");
   call_core([&] { ffi::pop_scope(handle); });
 }
 

@@ -79,9 +79,16 @@ pub fn open(config: Config) -> Result<(Handle, Observation)> {
             guard.generation = generation;
             guard.state = Some(State::Open(session));
             let handle = Handle { slot, generation };
+            drop(guard);
             if labels_modules {
                 // The module hooks of this thread reach the session from now until it closes.
-                let _ = LABELLING.try_with(|sessions| sessions.borrow_mut().push(handle.pack()));
+                // Sessions that were closed on another thread (which cannot reach this thread's
+                // list) are dropped from it here.
+                let _ = LABELLING.try_with(|sessions| {
+                    let mut sessions = sessions.borrow_mut();
+                    sessions.retain(|&h| with_slot(h, |_, _| Ok(())).is_ok());
+                    sessions.push(handle.pack());
+                });
             }
             return Ok((handle, observation));
         }

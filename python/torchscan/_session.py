@@ -78,6 +78,16 @@ class NativeSession:
             if handle:
                 ops.discard_session(handle)
 
+    def __del__(self) -> None:
+        # A session whose owner is collected without ending it (a counter entered and dropped, a
+        # generator never closed) is freed, on whatever thread the collector runs (the native
+        # layer discards another thread's session there).
+        if self.handle:
+            try:
+                self.abort()
+            except Exception:  # noqa: S110 - nothing to report to in a finalizer
+                pass
+
     def _remove_labels(self) -> None:
         labels, self._labels = self._labels, None
         if labels is not None:

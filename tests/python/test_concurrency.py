@@ -139,13 +139,15 @@ def test_eight_threads_measuring_different_workloads_get_exactly_their_own():
 
 
 def test_one_session_per_thread_is_enforced_by_the_native_core():
-    # A handle opened on one thread cannot be driven from another one.
-    handle = torch.ops.torchscan.open_session("")
+    # A handle opened on one thread cannot be driven from another one: closing it there is an
+    # error, and the session is discarded (its count is lost), not left open for good.
+    ops = torch.ops.torchscan
+    handle = ops.open_session("")
     outcome = []
 
     def other():
         try:
-            torch.ops.torchscan.close_session(handle)
+            ops.close_session(handle)
             outcome.append("closed")
         except RuntimeError as error:
             outcome.append(str(error))
@@ -153,11 +155,106 @@ def test_one_session_per_thread_is_enforced_by_the_native_core():
     thread = threading.Thread(target=other)
     thread.start()
     thread.join()
-    torch.ops.torchscan.close_session(handle)
-    report = json.loads(torch.ops.torchscan.finish_session(handle, "[]"))
-    assert report["total"]["status"] == "complete"
-    assert len(outcome) == 1 and outcome[0] != "closed", "another thread closed this thread's session"
-    assert "thread" in outcome[0], outcome[0]
+    assert len(outcome) == 1 and "was opened on thread" in outcome[0] and "it is discarded" in outcome[0], outcome
+    assert ops.live_sessions() == 0
+    with pytest.raises(RuntimeError, match="unknown"):
+        ops.close_session(handle)
+
+
+def _run_on_thread(function):
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(("ok", function()))
+        except BaseException as error:  # noqa: BLE001 - the test reads it
+            outcome.append(("raised", error))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    return outcome[0]
+
+
+def test_a_count_exited_on_another_thread_is_discarded_and_cannot_exhaust_the_sessions():
+    # `with count_flops()` in a generator that another thread closes (or finishes): the session is
+    # discarded there, this thread stops being observed, and 64 of them leave nothing behind.
+    def counting(finish):
+        with torchscan.count_flops():
+            yield
+            if finish:
+                yield
+
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    for i in range(80):
+        generator = counting(finish=i % 2 == 1)
+        next(generator)
+        torch.mm(a, b)
+        if i % 2:  # resumed on another thread, the block exits normally there: an error
+            status, error = _run_on_thread(lambda g=generator: next(g, None) or next(g, None))
+            assert status == "raised" and "closed on thread" in str(error), error
+        else:  # closed on another thread: GeneratorExit aborts the block there, quietly
+            assert _run_on_thread(generator.close) == ("ok", None)
+        assert torch.ops.torchscan.live_sessions() == 0
+    # The orphaned callbacks are gone: this thread's next count is its own, exactly.
+    report = measure_flops(lambda: torch.mm(a, b))
+    assert (report["total"]["status"], report["total"]["value"]) == ("complete", 2 * 4 * 4 * 4)
+
+
+def test_an_orphaned_callback_never_counts_for_the_next_session_of_its_slot():
+    # This thread's session is discarded on another thread; a third thread's session takes the
+    # freed slot while this thread keeps working: none of this thread's work reaches it.
+    a = torch.randn(8, 8)
+    ops = torch.ops.torchscan
+    handle = ops.open_session("")
+    assert _run_on_thread(lambda: ops.discard_session(handle)) == ("ok", None)
+    opened, worked = threading.Event(), threading.Event()
+
+    def third():
+        with torchscan.count_flops() as counter:
+            opened.set()
+            assert worked.wait(30)
+            torch.mm(a[:2], a)  # 2 x 8 x 8 multiply-adds
+        return counter.report()["total"]
+
+    reports = []
+    thread = threading.Thread(target=lambda: reports.append(third()))
+    thread.start()
+    assert opened.wait(30)
+    for _ in range(10):
+        torch.mm(a, a)
+    worked.set()
+    thread.join(timeout=60)
+    # Exactly its own work (partial: this thread's work is noted as work on an unfollowed thread).
+    assert reports[0]["known_value"] == 2 * 2 * 8 * 8, reports
+
+
+def test_scopes_are_refused_from_another_thread():
+    ops = torch.ops.torchscan
+    handle = ops.open_session("")
+    try:
+        for push in (lambda: ops.push_scope(handle, "stolen"), lambda: ops.pop_scope(handle)):
+            status, error = _run_on_thread(push)
+            assert status == "raised" and "is refused" in str(error), error
+        ops.push_scope(handle, "mine")
+        ops.pop_scope(handle)
+    finally:
+        ops.discard_session(handle)
+
+
+def test_a_counter_dropped_without_exit_is_freed_on_any_thread():
+    import gc
+
+    counter = torchscan.count_flops()
+    counter.__enter__()
+    assert torch.ops.torchscan.live_sessions() == 1
+    holder = [counter]
+    del counter
+    assert _run_on_thread(lambda: holder.clear() or gc.collect() * 0) == ("ok", 0)
+    assert torch.ops.torchscan.live_sessions() == 0
+    report = measure_flops(lambda: torch.mm(torch.randn(2, 3), torch.randn(3, 4)))
+    assert report["total"]["value"] == 2 * 2 * 3 * 4
 
 
 # ---- nesting ----
