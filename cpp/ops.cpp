@@ -89,8 +89,8 @@ void check_owner(int64_t handle, const char* operation) {
   if (handle <= 0 || o.handle.load() != handle) return;  // unknown or closed: the core says so
   uint64_t owner = o.thread.load();
   uint64_t here = observer::current_thread();
-  TORCH_CHECK(owner == here || observer::in_backward(), "torchscan session ", handle,
-              " belongs to thread ", owner, ": ", operation, " from thread ", here, " is refused");
+  TORCH_CHECK(owner == here || observer::in_backward(), "torchscan session ", handle, " belongs to thread ", owner,
+              ": ", operation, " from thread ", here, " is refused");
 }
 
 int64_t live_sessions() {

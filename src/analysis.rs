@@ -75,11 +75,12 @@ enum Mode {
 
 #[derive(Deserialize)]
 struct ParameterTotals {
-    trainable: u64,
-    frozen: u64,
-    parameter_bytes: u64,
-    buffer_elements: u64,
-    buffer_bytes: u64,
+    // null: 2^64 or more (Python counts exactly; the report model's counts are 64-bit).
+    trainable: Option<u64>,
+    frozen: Option<u64>,
+    parameter_bytes: Option<u64>,
+    buffer_elements: Option<u64>,
+    buffer_bytes: Option<u64>,
 }
 
 /// `[path, name, depth, type, leaf, attention, descriptor]` of one module.
@@ -318,7 +319,7 @@ fn assemble_document(doc: Document, flops: Option<FlopReport>) -> Result<(Analys
         layers.push(layer_record(index, layer, &doc.modules, own, &mut diagnostics)?);
     }
     diagnostics.extend(operator_flops.diagnostics.iter().cloned());
-    let totals = totals(&doc.parameter_totals, &layers, full, &operator_flops);
+    let totals = totals(&doc.parameter_totals, &layers, full, &operator_flops, &mut diagnostics);
 
     let mut incomplete: BTreeSet<String> = totals
         .iter()
@@ -406,8 +407,27 @@ fn layer_record(
 
 /// The report's totals: the model's parameters and buffers, the module formulas summed over the
 /// layers (full mode), and the operator FLOPs of the forward.
-fn totals(p: &ParameterTotals, layers: &[Layer], full: bool, operator_flops: &FlopReport) -> Totals {
-    let model = |v: u64, unit: Unit| Metric::complete(Number::Int(v), unit, "model", "pytorch");
+fn totals(
+    p: &ParameterTotals,
+    layers: &[Layer],
+    full: bool,
+    operator_flops: &FlopReport,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Totals {
+    let mut model = |name: &str, v: Option<u64>, unit: Unit| match v {
+        Some(v) => Metric::complete(Number::Int(v), unit, "model", "pytorch"),
+        None => {
+            diagnostics.push(Diagnostic {
+                code: "count_overflow".into(),
+                severity: Severity::Error,
+                metric: name.into(),
+                message: format!("the model's {name} reach 2^64 or more; the total is unavailable"),
+                path: None,
+                operator: None,
+            });
+            Metric::unavailable(unit, "model", "pytorch")
+        }
+    };
     let formula = |pick: fn(&LayerMetrics) -> Option<&Metric>, unit: Unit| {
         if full {
             aggregate(layers, pick, unit)
@@ -415,17 +435,18 @@ fn totals(p: &ParameterTotals, layers: &[Layer], full: bool, operator_flops: &Fl
             Metric::unavailable(unit, "forward", NOT_REQUESTED)
         }
     };
+    let parameters = p.trainable.zip(p.frozen).and_then(|(t, f)| t.checked_add(f));
     Totals {
-        buffer_bytes: model(p.buffer_bytes, Unit::Bytes),
-        buffer_elements: model(p.buffer_elements, Unit::Elements),
+        buffer_bytes: model("buffer_bytes", p.buffer_bytes, Unit::Bytes),
+        buffer_elements: model("buffer_elements", p.buffer_elements, Unit::Elements),
         dmas: formula(|m| m.dmas.as_ref(), Unit::Dmas),
-        frozen_parameters: model(p.frozen, Unit::Elements),
+        frozen_parameters: model("frozen_parameters", p.frozen, Unit::Elements),
         macs: formula(|m| m.macs.as_ref(), Unit::Macs),
         module_flops: formula(|m| m.module_flops.as_ref(), Unit::Flops),
         operator_flops: operator_flops.total.clone().into(),
-        parameter_bytes: model(p.parameter_bytes, Unit::Bytes),
-        parameters: model(p.trainable.saturating_add(p.frozen), Unit::Elements),
-        trainable_parameters: model(p.trainable, Unit::Elements),
+        parameter_bytes: model("parameter_bytes", p.parameter_bytes, Unit::Bytes),
+        parameters: model("parameters", parameters, Unit::Elements),
+        trainable_parameters: model("trainable_parameters", p.trainable, Unit::Elements),
     }
 }
 

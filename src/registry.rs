@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::report::FlopReport;
-use crate::session::{Config, Decision, Entered, OpCall, OpEvent, Receipt, Session};
+use crate::session::{Config, CustomResult, Decision, Entered, OpCall, OpEvent, Receipt, Session};
 
 pub const MAX_SESSIONS: usize = 64;
 const SLOT_BITS: u32 = 6;
@@ -125,7 +125,7 @@ pub fn close(handle: i64) -> Result<String> {
 }
 
 /// Builds the report of a closed session and frees its slot.
-pub fn finish(handle: i64, custom: &[std::result::Result<u64, String>]) -> Result<FlopReport> {
+pub fn finish(handle: i64, custom: &[CustomResult]) -> Result<FlopReport> {
     with_slot(handle, |slot, handle| match slot.state.take() {
         Some(State::Closed(session)) => session.into_report(custom),
         other => {

@@ -94,6 +94,7 @@ fn shape_text(meta: &ValueMeta) -> String {
         ValueMeta::None => "none".into(),
         ValueMeta::Scalar { .. } => "scalar".into(),
         ValueMeta::Object { .. } => "object".into(),
+        ValueMeta::Cycle { depth } => format!("<cycle {depth} up>"),
     }
 }
 
@@ -115,16 +116,23 @@ fn metric_number(metric: &Metric) -> Option<f64> {
     number.map(|n| n.as_f64())
 }
 
-/// A complete count (parameters, bytes), or 0.
-fn count(metric: &Metric) -> u64 {
-    metric.value.and_then(|n| n.integer()).and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
+/// A complete count (parameters, bytes); `None` when it is not (2^64 or more).
+fn count(metric: &Metric) -> Option<u64> {
+    metric.value.and_then(|n| n.integer()).and_then(|v| u64::try_from(v).ok())
+}
+
+/// A total count as the table shows it.
+fn count_text(metric: &Metric) -> String {
+    count(metric).map_or_else(|| "unavailable (>= 2^64)".to_string(), thousands)
 }
 
 fn cells(layer: &Layer, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] {
     let name = tree_name(&layer.name, layer.depth);
     let name_limit = widths[0].map_or(100, |w| w + 3);
     let params = &layer.parameters;
-    let owned = params.trainable.saturating_add(params.frozen);
+    // A count of 2^64 or more (null in the report) is shown as such.
+    let owned = params.trainable.zip(params.frozen).and_then(|(t, f)| t.checked_add(f));
+    let elements = owned.zip(layer.buffers.elements).and_then(|(p, b)| p.checked_add(b));
     let rf = |metric: &Option<Metric>| match metric.as_ref().and_then(metric_number) {
         Some(v) => format!("{v:.0}"),
         None => "?".to_string(),
@@ -133,11 +141,11 @@ fn cells(layer: &Layer, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] 
         fit(&wrap_string(&name, name_limit, wrap), widths[0]),
         fit(&layer.type_name, widths[1]),
         fit(&wrap_string(&shape_text(&layer.output), widths[2].unwrap_or(100), Wrap::End), widths[2]),
-        fit(&thousands(owned.saturating_add(layer.buffers.elements)), widths[3]),
+        fit(&elements.map_or_else(|| ">= 2^64".to_string(), thousands), widths[3]),
         fit(
-            if owned == 0 {
+            if owned == Some(0) {
                 "-"
-            } else if params.trainable > 0 {
+            } else if params.trainable != Some(0) {
                 "True"
             } else {
                 "False"
@@ -225,12 +233,17 @@ pub fn format_info(
         lines.push(cells(layer, &fixed, wrap)[..columns].join(MARGIN));
     }
     lines.push(thick);
-    lines.push(format!("Trainable params: {}", thousands(count(&totals.trainable_parameters))));
-    lines.push(format!("Non-trainable params: {}", thousands(count(&totals.frozen_parameters))));
-    lines.push(format!("Total params: {}", thousands(count(&totals.parameters))));
+    lines.push(format!("Trainable params: {}", count_text(&totals.trainable_parameters)));
+    lines.push(format!("Non-trainable params: {}", count_text(&totals.frozen_parameters)));
+    lines.push(format!("Total params: {}", count_text(&totals.parameters)));
     lines.push(dots.clone());
-    let size = (count(&totals.parameter_bytes) as f64 + count(&totals.buffer_bytes) as f64) / 1024f64.powi(2);
-    lines.push(format!("Model size (params + buffers): {size:.2} Mb"));
+    match count(&totals.parameter_bytes).zip(count(&totals.buffer_bytes)) {
+        Some((parameters, buffers)) => {
+            let size = (parameters as f64 + buffers as f64) / 1024f64.powi(2);
+            lines.push(format!("Model size (params + buffers): {size:.2} Mb"));
+        }
+        None => lines.push("Model size (params + buffers): unavailable (>= 2^64 bytes)".to_string()),
+    }
     lines.push(dots);
     for (label, metric) in [
         ("Module-formula forward FLOPs", &totals.module_flops),

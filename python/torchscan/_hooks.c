@@ -35,6 +35,9 @@ static PyObject* module_type = NULL;
 /* name_unnamed(session, module) -> bool: names `module` (and its submodules) for the session;
  * false when the session passes it over. */
 static PyObject* name_unnamed = NULL;
+/* escape_name(name) -> str: a name as a path component (torchscan/_names.py), for the rare
+ * name that holds a dot, a backslash or a lone surrogate. */
+static PyObject* escape_name = NULL;
 
 /* pre(module, args): a forward pre-hook. */
 static PyObject* pre(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -179,17 +182,26 @@ static int name_tree(Names* names, PyObject* module, char** path, size_t* path_c
     }
     Py_ssize_t name_length;
     const char* name = PyUnicode_AsUTF8AndSize(key, &name_length);
-    if (name == NULL) {
-      failed = 1;
-      break;
+    PyObject* escaped = NULL;
+    if (name == NULL || memchr(name, '.', (size_t)name_length) || memchr(name, '\\', (size_t)name_length)) {
+      PyErr_Clear(); /* a lone surrogate: escaped */
+      escaped = PyObject_CallOneArg(escape_name, key);
+      name = escaped ? PyUnicode_AsUTF8AndSize(escaped, &name_length) : NULL;
+      if (name == NULL) {
+        Py_XDECREF(escaped);
+        failed = 1;
+        break;
+      }
     }
     size_t child_length = length + 1 + (size_t)name_length;
     if (grow((void**)path, path_capacity, child_length, 1) < 0) {
+      Py_XDECREF(escaped);
       failed = 1;
       break;
     }
     (*path)[length] = '.';
     memcpy(*path + length + 1, name, (size_t)name_length);
+    Py_XDECREF(escaped);
     Py_INCREF(child); /* the dict may change while its tree is named */
     failed = name_tree(names, child, path, path_capacity, child_length, depth + 1) < 0;
     Py_DECREF(child);
@@ -243,9 +255,11 @@ static PyObject* bind(PyObject* self, PyObject* args) {
   PyObject* table;
   PyObject* callback;
   PyObject* base;
-  if (!PyArg_ParseTuple(args, "O!OO!:bind", &PyList_Type, &table, &callback, &PyType_Type, &base)) return NULL;
-  if (!PyCallable_Check(callback)) {
-    PyErr_SetString(PyExc_TypeError, "bind: name_unnamed must be callable");
+  PyObject* escape;
+  if (!PyArg_ParseTuple(args, "O!OO!O:bind", &PyList_Type, &table, &callback, &PyType_Type, &base, &escape))
+    return NULL;
+  if (!PyCallable_Check(callback) || !PyCallable_Check(escape)) {
+    PyErr_SetString(PyExc_TypeError, "bind: name_unnamed and escape_name must be callable");
     return NULL;
   }
   if (PyList_GET_SIZE(table) != 5) {
@@ -275,6 +289,8 @@ static PyObject* bind(PyObject* self, PyObject* args) {
   Py_XSETREF(name_unnamed, callback);
   Py_INCREF(base);
   Py_XSETREF(module_type, base);
+  Py_INCREF(escape);
+  Py_XSETREF(escape_name, escape);
   enter_fn = (EnterFn)enter;
   enter_in_fn = (EnterInFn)enter_in;
   exit_fn = (ExitFn)exit;
@@ -287,7 +303,8 @@ static PyMethodDef methods[] = {
     {"post", (PyCFunction)(void (*)(void))post, METH_FASTCALL, "post(module, *rest): a module call ends."},
     {"name_tree", name_root, METH_VARARGS,
      "name_tree(session, root, label) -> {id: module}: names a module tree in the session."},
-    {"bind", bind, METH_VARARGS, "bind(table, name_unnamed, module_type): binds the hooks to the native library."},
+    {"bind", bind, METH_VARARGS,
+     "bind(table, name_unnamed, module_type, escape_name): binds the hooks to the native library."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ._names import escape_name
 from ._native import ops
 
 try:
@@ -50,7 +51,7 @@ __all__ = [
 
 def _root_name(module: nn.Module) -> str:
     original = _compiled_original(module)
-    return type(module if original is None else original).__name__
+    return escape_name(type(module if original is None else original).__name__)
 
 
 def _compiled_original(module: nn.Module) -> nn.Module | None:
@@ -162,7 +163,7 @@ def _name_unnamed(handle: int, module: nn.Module) -> bool:
     return False
 
 
-_hooks.bind(ops.module_hooks(), _name_unnamed, nn.Module)
+_hooks.bind(ops.module_hooks(), _name_unnamed, nn.Module, escape_name)
 _native_pre = _hooks.pre
 _native_post = _hooks.post
 

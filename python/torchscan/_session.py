@@ -85,7 +85,7 @@ class NativeSession:
         if self.handle:
             try:
                 self.abort()
-            except Exception:  # noqa: S110 - nothing to report to in a finalizer
+            except Exception:
                 pass
 
     def _remove_labels(self) -> None:

@@ -20,12 +20,16 @@ from torch import nn
 
 from . import _labels
 from ._metadata import describe_call, describe_value
+from ._names import escape_name, named_modules
 from ._native import ops
 from ._session import NativeSession
 from .errors import IncompleteAnalysisError
 from .modules._descriptors import describe, family, first_tensor
 from .report import AnalysisReport
 from .utils import table_request
+
+# (path, name, depth, module), paths escaped: torchscan/_names.py.
+Named = tuple[str, str, int, nn.Module]
 
 __all__ = ["crawl_module", "summary"]
 
@@ -75,8 +79,8 @@ def _crawl(
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {_kind(mode)}")
     # One walk of the module tree serves the recorder, the flags and the parameter totals.
-    named = list(module.named_modules())
-    params, buffers = _unique(m._parameters for _, m in named), _unique(m._buffers for _, m in named)
+    named = list(named_modules(module))
+    params, buffers = _unique(m._parameters for *_, m in named), _unique(m._buffers for *_, m in named)
     call_args, call_kwargs, source = _inputs(input_shape, dtype, args, kwargs, device, params + buffers)
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
     recorder = _Recorder(module, named, full=mode == "full")
@@ -89,7 +93,7 @@ def _crawl(
 def _analyse(
     module: nn.Module,
     mode: Mode,
-    named: list[tuple[str, nn.Module]],
+    named: list[Named],
     recorder: _Recorder,
     call_args: tuple[Any, ...],
     call_kwargs: dict[str, Any],
@@ -101,7 +105,7 @@ def _analyse(
 ) -> tuple[AnalysisReport, str | None]:
     """The forward pass and the report, with the model's flags saved and restored around it."""
     context = _context(module, mode, params + buffers)
-    flags = [(m, m.training) for _, m in named]
+    flags = [(m, m.training) for *_, m in named]
     # Full mode counts the operators of the same forward in a native session, which the core
     # finishes straight into the report (no FlopReport round trip through Python).
     session = NativeSession(json.dumps({"torch_version": torch.__version__}), labels=False) if mode == "full" else None
@@ -308,13 +312,18 @@ def _unique(registries: Iterable[dict[str, Any]]) -> list[torch.Tensor]:
     return tensors
 
 
-def _parameter_totals(params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, int]:
+def _count(value: int) -> int | None:
+    """A count as the report holds it: None from 2^64 up (the core reports it unavailable)."""
+    return value if value < 2**64 else None
+
+
+def _parameter_totals(params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, int | None]:
     return {
-        "trainable": sum(p.numel() for p in params if p.requires_grad),
-        "frozen": sum(p.numel() for p in params if not p.requires_grad),
-        "parameter_bytes": sum(p.numel() * p.element_size() for p in params),
-        "buffer_elements": sum(b.numel() for b in buffers),
-        "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
+        "trainable": _count(sum(p.numel() for p in params if p.requires_grad)),
+        "frozen": _count(sum(p.numel() for p in params if not p.requires_grad)),
+        "parameter_bytes": _count(sum(p.numel() * p.element_size() for p in params)),
+        "buffer_elements": _count(sum(b.numel() for b in buffers)),
+        "buffer_bytes": _count(sum(b.numel() * b.element_size() for b in buffers)),
     }
 
 
@@ -364,10 +373,13 @@ _PENDING = {"kind": "pending"}
 class _Target:
     """What the hooks need of one module, computed once per analysis."""
 
-    __slots__ = ("attention", "calls", "index", "label", "leaf", "module", "open", "path", "static")
+    __slots__ = ("attention", "calls", "depth", "index", "label", "leaf", "module", "name", "open", "path", "static")
 
-    def __init__(self, index: int, path: str, module: nn.Module, root_label: str, attention: bool) -> None:
+    def __init__(
+        self, index: int, where: tuple[str, str, int], module: nn.Module, root_label: str, attention: bool
+    ) -> None:
         self.index = index
+        path, self.name, self.depth = where
         self.path = path
         self.module = module
         # Labels as PyTorch's flop counter names modules (operator_flops.by_module).
@@ -383,9 +395,8 @@ class _Target:
     def row(self) -> list[Any]:
         """[path, name, depth, type, leaf, attention, formula descriptor or null]."""
         path, module = self.path, self.module
-        name = path.rpartition(".")[-1] if path else type(module).__name__.lower()
-        depth = path.count(".") + 1 if path else 0
-        return [path, name, depth, type(module).__name__, self.leaf, self.attention, self.static]
+        name = self.name if path else type(module).__name__.lower()
+        return [path, name, self.depth, escape_name(type(module).__name__), self.leaf, self.attention, self.static]
 
 
 class _Recorder:
@@ -397,7 +408,7 @@ class _Recorder:
     recorder ignores modules outside the analysed tree and calls from other threads.
     """
 
-    def __init__(self, root: nn.Module, named: list[tuple[str, nn.Module]], *, full: bool) -> None:
+    def __init__(self, root: nn.Module, named: list[Named], *, full: bool) -> None:
         self.full = full
         # [module index, call index, input, output, parameters, buffers, call shapes/descriptor]
         self.layers: list[list[Any]] = []
@@ -407,12 +418,12 @@ class _Recorder:
         # The last output tensor described, its shape and requires_grad, and its description.
         self._last: tuple[torch.Tensor, torch.Size, bool, dict[str, Any]] | None = None
         transformer_root = isinstance(root, nn.Transformer)
-        targets = [("", root)] if transformer_root else named
-        label = type(root).__name__
+        targets: list[Named] = [("", "", 0, root)] if transformer_root else named
+        label = escape_name(type(root).__name__)
         self._targets: dict[int, _Target] = {}
-        for path, module in targets:
+        for path, name, depth, module in targets:
             attention = isinstance(module, nn.MultiheadAttention) or (module is root and transformer_root)
-            self._targets[id(module)] = _Target(len(self._targets), path, module, label, attention)
+            self._targets[id(module)] = _Target(len(self._targets), (path, name, depth), module, label, attention)
 
     def modules(self) -> list[list[Any]]:
         """The per-module rows the layer records index."""
@@ -429,8 +440,9 @@ class _Recorder:
         _labels.remove_recorder(self)
         self._last = None
 
-    def _account(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int, int, int, bool]:
-        """(trainable, frozen, bytes, shared) of the tensors not counted for an earlier call."""
+    def _account(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int | None, int | None, int | None, bool]:
+        """(trainable, frozen, bytes, shared) of the tensors not counted for an earlier call (a
+        count of 2^64 or more is None)."""
         trainable = frozen = nbytes = 0
         shared = False
         seen = self._seen
@@ -448,12 +460,15 @@ class _Recorder:
                 trainable += count
             else:
                 frozen += count
+        if nbytes >= 2**64:  # rare: a meta tensor of 2^64 bytes or more
+            return _count(trainable), _count(frozen), None, shared
         return trainable, frozen, nbytes, shared
 
-    def _buffers(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int, int, bool]:
+    def _buffers(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int | None, int | None, bool]:
         """(elements, bytes, shared) of the buffers not counted for an earlier call."""
         trainable, frozen, nbytes, shared = self._account(tensors)
-        return trainable + frozen, nbytes, shared
+        elements = None if trainable is None or frozen is None else _count(trainable + frozen)
+        return elements, nbytes, shared
 
     def _describe_input(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """describe_call, reusing the description of the previous call's output tensor when this

@@ -86,8 +86,8 @@ class LayerReport(TypedDict):
     type: str
     input: dict[str, Any]
     output: dict[str, Any]
-    parameters: dict[str, int | bool]
-    buffers: dict[str, int | bool]
+    parameters: dict[str, int | bool | None]
+    buffers: dict[str, int | bool | None]
     metrics: dict[str, MetricResult]
 
 

@@ -126,6 +126,12 @@ pub enum ValueMeta {
         #[schemars(length(min = 1))]
         type_name: String,
     },
+    /// A container met again inside itself (`l = [y]; l.append(l)`): the container `depth`
+    /// levels up (1: the one that holds it directly), described there and not again.
+    Cycle {
+        #[schemars(range(min = 1))]
+        depth: u64,
+    },
 }
 
 /// One entry of a mapping. The key is kept only for integer and identifier keys (which cannot
@@ -172,21 +178,22 @@ pub struct Layer {
     pub metrics: LayerMetrics,
 }
 
-/// Parameters a layer call counts first (`shared`: some were counted by an earlier call).
+/// Parameters a layer call counts first (`shared`: some were counted by an earlier call). A
+/// count of 2^64 or more (meta tensors can be that large) is null: the totals say why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Parameters {
-    pub trainable: u64,
-    pub frozen: u64,
-    pub bytes: u64,
+    pub trainable: Option<u64>,
+    pub frozen: Option<u64>,
+    pub bytes: Option<u64>,
     pub shared: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Buffers {
-    pub elements: u64,
-    pub bytes: u64,
+    pub elements: Option<u64>,
+    pub bytes: Option<u64>,
     pub shared: bool,
 }
 

@@ -50,7 +50,7 @@ impl Session {
 
     /// Builds the report. `custom` holds one entry per pending signature: its FLOPs per call,
     /// or the name of the exception its formula raised.
-    pub fn into_report(mut self, custom: &[Result<u64, String>]) -> crate::error::Result<FlopReport> {
+    pub fn into_report(mut self, custom: &[CustomResult]) -> crate::error::Result<FlopReport> {
         if custom.len() != self.signatures.len() {
             return Err(crate::error::Error::BadCustomResults(format!(
                 "expected {} results, got {}",
@@ -69,11 +69,12 @@ impl Session {
             let phase = if phase == Phase::Backward as u8 { Phase::Backward } else { Phase::Forward };
             let category = self.custom_category(&self.ops[op].name);
             match &custom[id] {
-                Ok(per_call) => match per_call.checked_mul(n) {
+                CustomResult::Flops(per_call) => match per_call.checked_mul(n) {
                     Some(f) => self.count(op, category, scope, phase, f),
                     None => self.overflow(op, category, scope, phase),
                 },
-                Err(exception) => {
+                CustomResult::Overflow => self.overflow(op, category, scope, phase),
+                CustomResult::Raised(exception) => {
                     let entry = custom_errors.entry(op).or_insert((0, exception.clone()));
                     entry.0 += n;
                     self.mark_incomplete(scope, phase);
@@ -366,9 +367,21 @@ fn decoded(stream: &[i64]) -> serde_json::Value {
     Value::Array(values.collect())
 }
 
+/// What a custom formula said of one call signature.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CustomResult {
+    /// FLOPs per call.
+    Flops(u64),
+    /// 2^64 FLOPs or more per call: an overflow, reported as a built-in formula's is.
+    Overflow,
+    /// The formula raised this exception (its type's name).
+    Raised(String),
+}
+
 /// Parses the custom-formula results Python sends back: one entry per pending signature, a
-/// non-negative integer (FLOPs per call) or `{"error": "ExceptionName"}`.
-pub fn parse_custom_results(text: &str) -> crate::error::Result<Vec<Result<u64, String>>> {
+/// non-negative integer (FLOPs per call; 2^64 or more is an overflow) or
+/// `{"error": "ExceptionName"}`.
+pub fn parse_custom_results(text: &str) -> crate::error::Result<Vec<CustomResult>> {
     use crate::error::Error;
     let value: serde_json::Value = serde_json::from_str(if text.trim().is_empty() { "[]" } else { text })
         .map_err(|e| Error::BadCustomResults(format!("not JSON ({e})")))?;
@@ -377,10 +390,14 @@ pub fn parse_custom_results(text: &str) -> crate::error::Result<Vec<Result<u64, 
         .enumerate()
         .map(|(i, item)| {
             if let Some(n) = item.as_u64() {
-                return Ok(Ok(n));
+                return Ok(CustomResult::Flops(n));
+            }
+            // An integer beyond u64 is read as the nearest float: 2^64 or more.
+            if item.as_f64().is_some_and(|v| v >= 18_446_744_073_709_551_616.0) {
+                return Ok(CustomResult::Overflow);
             }
             match item.get("error").and_then(|e| e.as_str()) {
-                Some(name) => Ok(Err(name.to_string())),
+                Some(name) => Ok(CustomResult::Raised(name.to_string())),
                 None => Err(Error::BadCustomResults(format!(
                     "entry {i} is neither a non-negative integer nor {{\"error\": name}}"
                 ))),

@@ -34,7 +34,7 @@ mod config;
 mod modules;
 pub mod priced;
 
-pub use assemble::parse_custom_results;
+pub use assemble::{parse_custom_results, CustomResult};
 pub use config::{Config, Labelling, BUILT_AGAINST_TORCH};
 pub use modules::Entered;
 
@@ -893,7 +893,7 @@ mod tests {
         assert_eq!(pending[0]["operator"], "mylib.fused");
         assert_eq!(pending[0]["inputs"], serde_json::json!([{"shape": [3, 4]}, {"shape": [4, 5]}]));
         assert_eq!(pending[0]["outputs"], serde_json::json!([{"shape": [3, 5]}]));
-        let r = s.into_report(&[Ok(7), Err("ZeroDivisionError".into())]).unwrap();
+        let r = s.into_report(&[CustomResult::Flops(7), CustomResult::Raised("ZeroDivisionError".into())]).unwrap();
         assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(7)));
         assert_eq!(r.by_category["custom"], 7);
         assert_eq!(r.diagnostics[0].code, "custom_formula_error");
@@ -911,7 +911,7 @@ mod tests {
         let mut s = Session::new(config);
         run(&mut s, &[op("mylib::fused", true, mm_args, vec![])], Phase::Forward);
         run(&mut s, &[op("mylib::other", true, mm_args, vec![])], Phase::Forward);
-        let r = s.into_report(&[Ok(11), Ok(5)]).unwrap();
+        let r = s.into_report(&[CustomResult::Flops(11), CustomResult::Flops(5)]).unwrap();
         assert_eq!((r.by_category["registered"], r.by_category["custom"]), (11, 5));
         assert_eq!(r.by_category.len(), 2);
         assert_eq!(r.total.value, Some(16));
@@ -920,11 +920,18 @@ mod tests {
     #[test]
     fn custom_results_are_validated() {
         let s = Session::new(Config::default());
-        assert!(matches!(s.into_report(&[Ok(1)]), Err(crate::error::Error::BadCustomResults(_))));
+        assert!(matches!(s.into_report(&[CustomResult::Flops(1)]), Err(crate::error::Error::BadCustomResults(_))));
         assert_eq!(
-            parse_custom_results("[3, {\"error\": \"TypeError\"}]").unwrap(),
-            vec![Ok(3), Err("TypeError".into())]
+            parse_custom_results("[3, {\"error\": \"TypeError\"}, 18446744073709551615, 18446744073709551616]")
+                .unwrap(),
+            vec![
+                CustomResult::Flops(3),
+                CustomResult::Raised("TypeError".into()),
+                CustomResult::Flops(u64::MAX),
+                CustomResult::Overflow
+            ]
         );
+        assert!(parse_custom_results("[1.5]").is_err());
         assert!(parse_custom_results("[-1]").is_err());
         assert!(parse_custom_results("{}").is_err());
         assert_eq!(parse_custom_results("").unwrap(), vec![]);

@@ -568,3 +568,64 @@ def test_compiled_graph_operators_reject_bad_sessions_and_mismatched_names():
         ops.compiled_end(987654, True)
         torch.mm(torch.ones(2, 3), torch.ones(3, 4))
     assert counter.report()["total"]["value"] == 2 * 2 * 3 * 4
+
+
+# ---- hostile outputs and names (issue 16) ----
+
+
+class _SelfReferencing(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        outer = [y]
+        outer.append(outer)  # holds itself
+        inner = {"again": outer}
+        outer.append(inner)  # a mapping inside it that holds it: two levels up
+        return outer
+
+
+def test_an_output_that_holds_itself_is_recorded_as_a_cycle(capsys):
+    model = _SelfReferencing()
+    report = crawl_module(model, (3,))
+    output = report["layers"][0]["output"]
+    assert output["kind"] == "list"
+    assert output["items"][1] == {"kind": "cycle", "depth": 1}
+    assert output["items"][2]["items"][0]["value"] == {"kind": "cycle", "depth": 2}
+    assert report["totals"]["operator_flops"]["value"] == 3
+    from helpers import schema_validator
+
+    assert list(schema_validator("analysis_report").iter_errors(report)) == []
+    summary(model, (3,))
+    assert "[(1, 3), <cycle 1 up" in capsys.readouterr().out
+
+
+def _odd_names_model():
+    model = nn.Module()
+    model.d = nn.ModuleDict({"\ud800": nn.Linear(2, 2), "\\ud800": nn.Linear(2, 2)})
+    setattr(model, "a.0", nn.Linear(2, 2))  # the path PyTorch would give `a` -> `0`
+    model.a = nn.Sequential(nn.Linear(2, 2))
+    model.forward = lambda x: sum(m(x) for m in (model.d["\ud800"], model.d["\\ud800"], getattr(model, "a.0"), model.a))
+    return model
+
+
+def test_odd_module_names_get_unique_paths_and_labels():
+    model = _odd_names_model()
+    report = crawl_module(model, (2,))
+    identities = [(layer["path"], layer["call_index"]) for layer in report["layers"]]
+    assert len(identities) == len(set(identities)) == 6
+    assert {path for path, _ in identities} == {"", "d.\\ud800", "d.\\\\ud800", "a\\.0", "a", "a.0"}
+    assert compare_reports(report, report)["layers"]["changed"] == []
+    flops = measure_flops(lambda: model(torch.randn(1, 2)), modules=model)
+    labels = {label for label in flops["by_module"] if label != "Module"}
+    assert labels == {"Module.d.\\ud800", "Module.d.\\\\ud800", "Module.a\\.0", "Module.a", "Module.a.0"}
+    assert all(flops["by_module"][label] == 8 for label in labels - {"Module.a"})
+
+
+def test_path_escapes_are_injective():
+    from torchscan._names import escape_name
+
+    names = ["plain", "a.b", "a\\.b", "a\\b", "\ud800", "\\ud800", "\\\\ud800", "é漢", ".", "\\", ""]
+    escaped = [escape_name(name) for name in names]
+    assert len(set(escaped)) == len(names)
+    assert escape_name("plain") == "plain" and escape_name("é漢") == "é漢"
+    for part in escaped:
+        part.encode("utf-8")  # no lone surrogate left

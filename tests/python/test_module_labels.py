@@ -153,11 +153,11 @@ def test_the_hook_table_is_checked_when_it_is_bound():
     table = ops.module_hooks()
     assert len(table) == 5 and table[0] == 2 and all(table[1:])
     with pytest.raises(ImportError, match=r"module hooks \(ABI 2\) do not match its native library \(ABI 3\)"):
-        _hooks.bind([3, *table[1:]], lambda session, module: False, nn.Module)
+        _hooks.bind([3, *table[1:]], lambda session, module: False, nn.Module, str)
     with pytest.raises(ImportError, match="has 4 entries, expected 5"):
-        _hooks.bind(table[:4], lambda session, module: False, nn.Module)
-    with pytest.raises(TypeError, match="name_unnamed must be callable"):
-        _hooks.bind(table, 3, nn.Module)
+        _hooks.bind(table[:4], lambda session, module: False, nn.Module, str)
+    with pytest.raises(TypeError, match="name_unnamed and escape_name must be callable"):
+        _hooks.bind(table, 3, nn.Module, str)
     # The failed binds left the hooks as they were.
     assert torchscan.measure_flops(lambda: Net()(X))["by_module"]["Net.head"] == HEAD
 

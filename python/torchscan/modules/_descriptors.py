@@ -108,13 +108,20 @@ def _hugging_face(module: nn.Module) -> dict[str, Any] | None:
     return None
 
 
-def first_tensor(value: Any) -> torch.Tensor | None:
-    """The first tensor, depth first through tuples, lists and mapping values."""
+def first_tensor(value: Any, _seen: set[int] | None = None) -> torch.Tensor | None:
+    """The first tensor, depth first through tuples, lists and mapping values (each container
+    once: a container that holds itself is not walked again)."""
     if isinstance(value, torch.Tensor):
         return value
     items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (tuple, list)) else ()
+    if not items:
+        return None
+    seen = set() if _seen is None else _seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
     for item in items:
-        found = first_tensor(item)
+        found = first_tensor(item, seen)
         if found is not None:
             return found
     return None
