@@ -1059,6 +1059,7 @@ mod tests {
         // Rows priced by one tensor (`per_tensor_element`) and fused optimizer steps have
         // hand-computed tests of their own.
         let own_tests = ["per_tensor_element", "fused_"];
+        let mut used = std::collections::BTreeSet::new();
         let broadcast =
             |f: &&Formula| f.category == Category::Pointwise && !own_tests.iter().any(|k| f.formula.contains(k));
         for f in FORMULAS.iter().filter(broadcast) {
@@ -1076,13 +1077,45 @@ mod tests {
                 },
                 f.flops,
             );
-            // The rule states the count per element first ("3 FLOPs per output element ...").
-            let per: u64 = f.convention.rule.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(1);
-            let per =
-                if foreach && ["addcmul", "addcdiv", "lerp"].iter().any(|k| f.operator.contains(k)) { 3 } else { per };
+            let name = f.operator.trim_start_matches("aten::");
+            let name = name.strip_prefix("_foreach_").unwrap_or(name).trim_end_matches('_');
+            let per = PER_ELEMENT.iter().find(|(n, _)| *n == name).map_or(1, |&(_, per)| per);
+            used.insert(name);
             assert_eq!(got, Ok(6 * per), "{}", f.operator);
+            // The row's convention text states the same count first ("3 FLOPs per output element");
+            // the foreach rows share one text, their count is the formula's parameter.
+            let stated: u64 = f.convention.rule.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(1);
+            assert!(foreach || stated == per, "{}: the convention text says {stated}, not {per}", f.operator);
         }
+        let unused: Vec<_> = PER_ELEMENT.iter().filter(|(n, _)| !used.contains(n)).collect();
+        assert!(unused.is_empty(), "rows without a registry entry: {unused:?}");
     }
+
+    /// FLOPs per element of the pointwise rows that cost more than one, counted by hand here,
+    /// independently of the rows' own convention text (keyed by the operator's name without
+    /// `aten::`, a `_foreach_` prefix or an in-place `_`).
+    const PER_ELEMENT: &[(&str, u64)] = &[
+        ("_add_relu", 2),                                 // an add, a max
+        ("_amp_foreach_non_finite_check_and_unscale", 2), // a multiply, a finiteness test
+        ("_masked_scale", 2),                             // mask x value x scale: two multiplies
+        ("addcdiv", 3),                                   // self + value * t1 / t2
+        ("addcmul", 3),                                   // self + value * t1 * t2
+        ("lerp", 3),                                      // self + weight * (end - self)
+        ("linalg_cross", 3),                              // a_i b_j - a_j b_i per output element
+        ("dequantize", 2),                                // (q - zero_point) * scale
+        ("quantize_per_tensor", 4),                       // divide, round, add, clamp
+        ("quantize_per_tensor_dynamic", 4),
+        ("quantize_per_channel", 4),
+        // fake quantization: quantize (4), then dequantize (2)
+        ("fake_quantize_per_tensor_affine_cachemask", 6),
+        ("fake_quantize_per_channel_affine_cachemask", 6),
+        ("_fake_quantize_per_tensor_affine_cachemask_tensor_qparams", 6),
+        ("_fake_quantize_learnable_per_tensor_affine", 6),
+        ("_fake_quantize_learnable_per_channel_affine", 6),
+        // the observer's running min and max (2), then fake quantization (6)
+        ("_fused_moving_avg_obs_fq_helper", 8),
+        ("_fused_moving_avg_obs_fq_helper_functional", 8),
+    ];
 
     #[test]
     fn checked_helpers() {
