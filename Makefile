@@ -28,7 +28,7 @@ demo: setup
 	$(PY) examples/demo.py
 
 # Formatted by clang-format (.clang-format), checked by `make lint`.
-CPP_SOURCES := cpp/*.cpp cpp/*.h cpp/include/torchscan/*.h examples/cpp/main.cpp python/torchscan/_hooks.c python/torchscan/_wire.c
+CPP_SOURCES := cpp/*.cpp cpp/*.h cpp/include/torchscan/*.h examples/cpp/main.cpp python/torchscan/_hooks.c python/torchscan/_wire.c python/torchscan/_guards.c
 
 lint: $(VENV)/.deps
 	cargo fmt --check
@@ -39,7 +39,7 @@ lint: $(VENV)/.deps
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(abspath $(VENV))/bin/clang-format --dry-run --Werror $(CPP_SOURCES)
-	$${CC:-cc} -fsyntax-only -Wall -Wextra -Werror -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" python/torchscan/_hooks.c python/torchscan/_wire.c
+	$${CC:-cc} -fsyntax-only -Wall -Wextra -Werror -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" python/torchscan/_hooks.c python/torchscan/_wire.c python/torchscan/_guards.c
 
 # The pure core, then the Rust API on real tch models (torch-sys uses the venv's torch 2.13.0)
 # and the tch example.

@@ -69,7 +69,7 @@ setup(
     install_requires=["torch>=2.1,<3"],
     package_dir={"": "python"},
     packages=["torchscan", "torchscan.cli", "torchscan.modules", "torchscan.process"],
-    package_data={"torchscan": ["py.typed", "schemas/*.json", "_hooks.pyi", "_wire.pyi"]},
+    package_data={"torchscan": ["py.typed", "schemas/*.json", "_hooks.pyi", "_wire.pyi", "_guards.pyi"]},
     entry_points={"console_scripts": ["torchscan = torchscan.cli:main"]},
     # The module hooks' fast path (python/torchscan/_hooks.c): plain C on the Python C API, no
     # torch headers; it reaches the native library through addresses that library hands out.
@@ -77,6 +77,8 @@ setup(
     ext_modules=[
         Extension("torchscan._hooks", ["python/torchscan/_hooks.c"], extra_compile_args=["-O2"]),
         Extension("torchscan._wire", ["python/torchscan/_wire.c"], extra_compile_args=["-O2"]),
+        # Acquisitions an interrupt cannot leak (python/torchscan/_guards.c).
+        Extension("torchscan._guards", ["python/torchscan/_guards.c"], extra_compile_args=["-O2"]),
     ],
     cmdclass={"build_py": BuildNative},
     distclass=BinaryDistribution,

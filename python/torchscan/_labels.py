@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ._guards import Group, Guard
 from ._names import escape_name
 from ._native import ops
 
@@ -39,13 +40,12 @@ except ImportError as error:  # pragma: no cover - only on a broken install
 __all__ = [
     "ModuleLabels",
     "Recorder",
-    "add_recorder",
     "compiled_runs",
     "enter_modules",
     "exit_modules",
     "labelling",
     "name_compiled_frame",
-    "remove_recorder",
+    "register",
 ]
 
 
@@ -64,7 +64,8 @@ def _compiled_original(module: nn.Module) -> nn.Module | None:
 
 
 class ModuleLabels:
-    """The module labels of one session, on the thread that opened it.
+    """The module labels of one session, on the thread that opened it; they label calls while
+    registered (``register("_labellers", labels)``).
 
     ``roots``: the modules whose calls are labelled (with their submodules); ``None`` labels every
     module the workload calls, each outermost one named by its class name when first called. The
@@ -78,7 +79,6 @@ class ModuleLabels:
         self._thread = threading.get_ident()
         self._named: dict[int, nn.Module] = {}
         self._open_roots = roots is None
-        self._installed = False
         for root in roots or []:
             self.name_root(root)
 
@@ -125,28 +125,12 @@ class ModuleLabels:
         if count:
             ops.exit_modules(self._handle, count)
 
-    def install(self) -> None:
-        global _labellers
-        with _hooks_lock:
-            if not _labellers and not _recorders:
-                _install_global_hooks()
-            _labellers = (*_labellers, self)
-            self._installed = True
-
-    def remove(self) -> None:
-        global _labellers
-        with _hooks_lock:
-            if self._installed:
-                _labellers = tuple(labels for labels in _labellers if labels is not self)
-                self._installed = False
-                if not _labellers and not _recorders:
-                    _remove_global_hooks()
-
 
 # The open labellers of all threads (a tuple, replaced whole: readers iterate a snapshot); the
-# two global hooks are installed while there is at least one.
+# two global hooks are installed while there is at least one labeller or recorder. Both tuples
+# and the hooks change together, in one native step (`_hooks_group`, below), so that an
+# interrupt cannot leave one without the other.
 _labellers: tuple[ModuleLabels, ...] = ()
-_hooks_lock = threading.Lock()
 
 
 def labelling() -> bool:
@@ -185,22 +169,11 @@ class Recorder(Protocol):
 _recorders: tuple[Recorder, ...] = ()
 
 
-def add_recorder(recorder: Recorder) -> None:
-    """Calls `recorder` at every module call's start and end until ``remove_recorder``."""
-    global _recorders
-    with _hooks_lock:
-        if not _labellers and not _recorders:
-            _install_global_hooks()
-        _recorders = (*_recorders, recorder)
-
-
-def remove_recorder(recorder: Recorder) -> None:
-    global _recorders
-    with _hooks_lock:
-        if recorder in _recorders:
-            _recorders = tuple(r for r in _recorders if r is not recorder)
-            if not _labellers and not _recorders:
-                _remove_global_hooks()
+def register(kind: str, member: ModuleLabels | Recorder) -> Guard:
+    """Adds `member` to ``_labellers`` or ``_recorders`` (`kind`), with the global hooks when it
+    is the first; the guard's release (or its collection) takes it out again, with the hooks
+    when it was the last."""
+    return Guard(_hooks_group.add, _hooks_group.remove, kind, member)
 
 
 # The hooks build no Python object when no recorder runs (measure_flops, count_flops): no
@@ -237,19 +210,17 @@ _PRE_HOOK_KEY = RemovableHandle(_module_hooks._global_forward_pre_hooks).id
 _POST_HOOK_KEY = RemovableHandle(_module_hooks._global_forward_hooks).id
 
 
-def _install_global_hooks() -> None:
-    _module_hooks._global_forward_pre_hooks[_PRE_HOOK_KEY] = _module_pre_hook
-    _module_hooks._global_forward_hooks[_POST_HOOK_KEY] = _module_post_hook
-    _module_hooks._global_forward_hooks_always_called[_POST_HOOK_KEY] = True
-    # The forward hook sees the call's keyword arguments (the recorders describe them).
-    _module_hooks._global_forward_hooks_with_kwargs[_POST_HOOK_KEY] = True
-
-
-def _remove_global_hooks() -> None:
-    _module_hooks._global_forward_pre_hooks.pop(_PRE_HOOK_KEY, None)
-    _module_hooks._global_forward_hooks.pop(_POST_HOOK_KEY, None)
-    _module_hooks._global_forward_hooks_always_called.pop(_POST_HOOK_KEY, None)
-    _module_hooks._global_forward_hooks_with_kwargs.pop(_POST_HOOK_KEY, None)
+_hooks_group = Group(
+    globals(),
+    ("_labellers", "_recorders"),
+    [
+        (_module_hooks._global_forward_pre_hooks, _PRE_HOOK_KEY, _module_pre_hook),
+        (_module_hooks._global_forward_hooks, _POST_HOOK_KEY, _module_post_hook),
+        (_module_hooks._global_forward_hooks_always_called, _POST_HOOK_KEY, True),
+        # The forward hook sees the call's keyword arguments (the recorders describe them).
+        (_module_hooks._global_forward_hooks_with_kwargs, _POST_HOOK_KEY, True),
+    ],
+)
 
 
 # Per thread: how many priced compiled graphs are running (`_compiled._run_priced`).

@@ -1,10 +1,15 @@
 """One native counting session on the current thread: the one lifecycle measure_flops,
 count_flops and crawl_module share.
 
-``start`` opens the session (and installs its module labels, when it labels); ``stop`` ends
+``start`` opens the session (and registers its module labels, when it labels); ``stop`` ends
 the counting; then exactly one of ``end`` (a finishing native call that turns the session into a
 report) or ``abort`` (nothing) frees it. Whatever raises, the labels are removed and no native
 session is left behind; ``abort`` is safe at any point, and more than once.
+
+The session and the labels' registration are each owned by a guard (``_guards.c``) from the
+instant they exist: an interrupt that lands anywhere (between a native call and the line that
+would have stored its result, on the last line of a ``finally``) cannot leak them; at worst they
+are given back when this object is collected.
 """
 
 from __future__ import annotations
@@ -13,41 +18,49 @@ from collections.abc import Callable
 
 from torch import nn
 
-from ._labels import ModuleLabels
+from ._guards import Guard
+from ._labels import ModuleLabels, register
 from ._native import ops
 
 __all__ = ["NativeSession"]
 
+# The operators' C entry points: a guard calls them with no Python line in between.
+_open = ops.open_session.default._op
+_discard = ops.discard_session.default._op
+
 
 class NativeSession:
     def __init__(self, config: str, *, labels: bool, roots: list[nn.Module] | None = None) -> None:
-        """``config``: the session's configuration (JSON). ``labels``: install module labels for
+        """``config``: the session's configuration (JSON). ``labels``: register module labels for
         ``roots`` (``None``: every module called); crawl_module labels its calls itself."""
         self._config = config
         self._label = labels
         self._roots = roots
-        self.handle = 0
+        self._session: Guard | None = None
+        self._registration: Guard | None = None
         self._closed = False
-        self._labels: ModuleLabels | None = None
+
+    @property
+    def handle(self) -> int:
+        """The session's handle while this object owns it, else 0."""
+        session = self._session
+        return int(session.value) if session is not None and session.held else 0
 
     def start(self) -> None:
-        self.handle = ops.open_session(self._config)
+        self._session = Guard(_open, _discard, self._config)
         if not self._label:
             return
         try:
-            self._labels = ModuleLabels(self.handle, self._roots)
-            self._labels.install()
+            self._registration = register("_labellers", ModuleLabels(self.handle, self._roots))
         except BaseException:
             self.abort()
             raise
 
     def stop(self) -> str:
         """Stops counting (labels first): the calls awaiting custom formulas, as JSON."""
-        try:
-            self._remove_labels()
-        finally:
-            self._closed = True
-            pending: str = ops.close_session(self.handle)
+        self._remove_labels()
+        self._closed = True
+        pending: str = ops.close_session(self.handle)
         return pending
 
     def end(self, finisher: Callable[[int], str]) -> str:
@@ -55,40 +68,26 @@ class NativeSession:
         first if :meth:`stop` was not called (then ``finisher`` must be one that closes too, like
         ``end_session``). The session is discarded if anything raises."""
         try:
-            if self._closed:
-                report = finisher(self.handle)
-            else:
-                try:
-                    self._remove_labels()
-                finally:
-                    self._closed = True
-                    report = finisher(self.handle)
+            if not self._closed:
+                self._remove_labels()
+                self._closed = True
+            report = finisher(self.handle)
         except BaseException:
             self.abort()
             raise
-        self.handle = 0
+        session = self._session
+        if session is not None:
+            session.detach()  # freed by the finisher
         return report
 
     def abort(self) -> None:
         """Stops counting and frees the session without a report (the work raised)."""
-        try:
-            self._remove_labels()
-        finally:
-            handle, self.handle = self.handle, 0
-            if handle:
-                ops.discard_session(handle)
-
-    def __del__(self) -> None:
-        # A session whose owner is collected without ending it (a counter entered and dropped, a
-        # generator never closed) is freed, on whatever thread the collector runs (the native
-        # layer discards another thread's session there).
-        if self.handle:
-            try:
-                self.abort()
-            except Exception:
-                pass
+        self._remove_labels()
+        session, self._session = self._session, None
+        if session is not None:
+            session.release()
 
     def _remove_labels(self) -> None:
-        labels, self._labels = self._labels, None
-        if labels is not None:
-            labels.remove()
+        registration, self._registration = self._registration, None
+        if registration is not None:
+            registration.release()

@@ -19,6 +19,8 @@ import torch
 from torch import nn
 
 from . import _labels
+from ._guards import Guard, hold, restore_flags
+from ._guards import flags as training_flags
 from ._metadata import describe_call, describe_value
 from ._names import escape_name, named_modules
 from ._native import ops
@@ -84,7 +86,7 @@ def _crawl(
     call_args, call_kwargs, source = _inputs(input_shape, dtype, args, kwargs, device, params + buffers)
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
     recorder = _Recorder(module, named, full=mode == "full")
-    with _model_lock(module):
+    with hold(_model_lock(module)):
         return _analyse(
             module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict, table
         )
@@ -105,25 +107,20 @@ def _analyse(
 ) -> tuple[AnalysisReport, str | None]:
     """The forward pass and the report, with the model's flags saved and restored around it."""
     context = _context(module, mode, params + buffers)
-    flags = [(m, m.training) for *_, m in named]
     # Full mode counts the operators of the same forward in a native session, which the core
     # finishes straight into the report (no FlopReport round trip through Python).
     session = NativeSession(json.dumps({"torch_version": torch.__version__}), labels=False) if mode == "full" else None
-    if session is not None:
-        session.start()
     try:
-        try:
+        if session is not None:
+            session.start()
+        # The flags and the recorder are given back by guards (torchscan/_guards.c): on leaving
+        # the blocks, or, if an interrupt skips that, when this frame lets go of them.
+        with Guard(training_flags, restore_flags, [m for *_, m in named]):
             module.eval()
-            recorder.attach(session.handle if session is not None else None).install()
-            with torch.no_grad():
+            with recorder.attach(session.handle if session is not None else None).install(), torch.no_grad():
                 module(*call_args, **call_kwargs)
-        finally:
-            recorder.remove()
-            for m, flag in flags:
-                if m.training != flag:
-                    m.training = flag
-            if session is not None:
-                session.stop()
+        if session is not None:
+            session.stop()
         document = {
             "mode": mode,
             "context": context,
@@ -180,15 +177,11 @@ def summary(
 # One analysis of a model at a time: each saves the training flags, calls eval() and restores
 # them, so two interleaved on different threads would leave the model as the first found it.
 _MODEL_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
-_MODEL_LOCKS_GUARD = threading.Lock()
 
 
 def _model_lock(module: nn.Module) -> threading.RLock:
-    with _MODEL_LOCKS_GUARD:
-        lock = _MODEL_LOCKS.get(module)
-        if lock is None:
-            lock = _MODEL_LOCKS[module] = threading.RLock()
-        return lock
+    # One dict operation (no lock of its own to leave held): two threads get the same lock.
+    return _MODEL_LOCKS.setdefault(module, threading.RLock())
 
 
 def _default_placement(tensors: list[torch.Tensor]) -> tuple[torch.device, torch.dtype]:
@@ -433,12 +426,9 @@ class _Recorder:
         self._handle = handle
         return self
 
-    def install(self) -> None:
-        _labels.add_recorder(self)
-
-    def remove(self) -> None:
-        _labels.remove_recorder(self)
-        self._last = None
+    def install(self) -> Guard:
+        """Records module calls until the returned guard is released."""
+        return _labels.register("_recorders", self)
 
     def _account(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int | None, int | None, int | None, bool]:
         """(trainable, frozen, bytes, shared) of the tensors not counted for an earlier call (a

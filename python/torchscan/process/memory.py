@@ -13,9 +13,13 @@ from typing import Any, NotRequired, TypedDict
 
 import torch
 
+from .._guards import Guard
 from .._native import ops
 
 __all__ = ["MemoryStats", "measure_peak_memory"]
+
+_memory_start = ops.memory_start.default._op
+_memory_stop = ops.memory_stop.default._op
 
 
 class MemoryStats(TypedDict):
@@ -65,11 +69,13 @@ def measure_peak_memory(workload: Callable[[], Any], *, device: torch.device | s
 
 
 def _measure_cpu(workload: Callable[[], Any]) -> MemoryStats:
-    measurement = ops.memory_start()
+    # The measurement (and the thread's profiler slot it holds) is owned by a guard from the
+    # instant it starts: an interrupt anywhere cannot leak it (torchscan/_guards.c).
+    measurement = Guard(_memory_start, _memory_stop)
     try:
         workload()
     finally:
-        stats: MemoryStats = json.loads(ops.memory_stop(measurement))
+        stats: MemoryStats = json.loads(measurement.release())
     return stats
 
 
