@@ -506,17 +506,12 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
   --st->depth;
 }
 
-// The counting callback: thread-local (the session's thread, and the threads that inherit its
-// callbacks: autograd's), or global when the session counts every thread.
+// The counting callback when the session counts every thread: global.
 template <std::size_t Slot>
 std::unique_ptr<at::ObserverContext> start_trampoline(const at::RecordFunction& fn) {
   Origin origin = Origin::Followed;
-  if (g_all_threads[Slot].load(std::memory_order_relaxed)) {
-    if (at::RecordFunction::currentThreadId() != g_owner[Slot].load(std::memory_order_relaxed)) {
-      origin = Origin::Foreign;
-    }
-  } else if (orphaned_here(Slot)) {
-    return nullptr;
+  if (at::RecordFunction::currentThreadId() != g_owner[Slot].load(std::memory_order_relaxed)) {
+    origin = Origin::Foreign;
   }
   on_start(Slot, fn, origin);
   return nullptr;
@@ -524,7 +519,23 @@ std::unique_ptr<at::ObserverContext> start_trampoline(const at::RecordFunction& 
 
 template <std::size_t Slot>
 void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (orphaned_here(Slot)) return;
+  on_end(Slot, fn);
+}
+
+// The counting callback otherwise: thread-local (the session's thread, and the threads that
+// inherit its callbacks: autograd's). One left behind by a session closed on another thread
+// removes itself at its next event; it never serves the slot's next session, which has its
+// own callback (a global one, when that session counts every thread).
+template <std::size_t Slot>
+std::unique_ptr<at::ObserverContext> thread_start_trampoline(const at::RecordFunction& fn) {
+  if (orphaned_here(Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return nullptr;
+  on_start(Slot, fn, Origin::Followed);
+  return nullptr;
+}
+
+template <std::size_t Slot>
+void thread_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (orphaned_here(Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return;
   on_end(Slot, fn);
 }
 
@@ -546,14 +557,16 @@ void detect_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
 struct Trampolines {
   at::RecordFunctionCallback::StartCallback start;
   at::RecordFunctionCallback::EndCallback end;
+  at::RecordFunctionCallback::StartCallback thread_start;
+  at::RecordFunctionCallback::EndCallback thread_end;
   at::RecordFunctionCallback::StartCallback detect_start;
   at::RecordFunctionCallback::EndCallback detect_end;
 };
 
 template <std::size_t... I>
 constexpr std::array<Trampolines, kSlots> make_trampolines(std::index_sequence<I...>) {
-  return {
-      Trampolines{&start_trampoline<I>, &end_trampoline<I>, &detect_start_trampoline<I>, &detect_end_trampoline<I>}...};
+  return {Trampolines{&start_trampoline<I>, &end_trampoline<I>, &thread_start_trampoline<I>, &thread_end_trampoline<I>,
+                      &detect_start_trampoline<I>, &detect_end_trampoline<I>}...};
 }
 
 constexpr auto kTrampolines = make_trampolines(std::make_index_sequence<kSlots>{});
@@ -565,17 +578,18 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
   g_all_threads[slot].store(all_threads, std::memory_order_relaxed);
   g_owner[slot].store(at::RecordFunction::currentThreadId(), std::memory_order_relaxed);
   g_generation[slot].store(generation, std::memory_order_release);
-  auto counting = at::RecordFunctionCallback(kTrampolines[slot].start, kTrampolines[slot].end)
+  const Trampolines& t = kTrampolines[slot];
+  auto counting = at::RecordFunctionCallback(all_threads ? t.start : t.thread_start, all_threads ? t.end : t.thread_end)
                       .needsInputs(true)
                       .needsOutputs(capture_outputs)
                       .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
+  // A callback this thread still carries for a session of this slot that was closed elsewhere.
+  orphaned_here(slot);
   Callbacks callbacks;
   if (all_threads) {
     callbacks.counting = at::addGlobalCallback(counting);
     return callbacks;
   }
-  // A callback this thread still carries for a session of this slot that was closed elsewhere.
-  orphaned_here(slot);
   callbacks.counting = at::addThreadLocalCallback(counting);
   t_installed[slot] = Installed{generation, callbacks.counting};
   try {

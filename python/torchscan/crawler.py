@@ -117,7 +117,12 @@ def _analyse(
         # the blocks, or, if an interrupt skips that, when this frame lets go of them.
         with Guard(training_flags, restore_flags, [m for *_, m in named]):
             module.eval()
-            with recorder.attach(session.handle if session is not None else None).install(), torch.no_grad():
+            # Grad mode too: `torch.no_grad()`'s exit is Python, which an interrupt can skip.
+            with (
+                recorder.attach(session.handle if session is not None else None).install(),
+                Guard(torch.is_grad_enabled, torch._C._set_grad_enabled),
+            ):
+                torch._C._set_grad_enabled(False)
                 module(*call_args, **call_kwargs)
         if session is not None:
             session.stop()

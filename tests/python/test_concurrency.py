@@ -229,6 +229,32 @@ def test_an_orphaned_callback_never_counts_for_the_next_session_of_its_slot():
     assert reports[0]["known_value"] == 2 * 2 * 8 * 8, reports
 
 
+def test_an_orphaned_callback_does_not_double_count_for_a_session_counting_every_thread():
+    # As above, but the next session of the slot counts every thread: this thread's work is
+    # counted once (by that session's global callback), not again by the orphaned one.
+    a = torch.randn(8, 8)
+    ops = torch.ops.torchscan
+    handle = ops.open_session("")
+    assert _run_on_thread(lambda: ops.discard_session(handle)) == ("ok", None)
+    opened, worked = threading.Event(), threading.Event()
+
+    def third():
+        with torchscan.count_flops(threads="all") as counter:
+            opened.set()
+            assert worked.wait(30)
+        return counter.report()["total"]
+
+    reports = []
+    thread = threading.Thread(target=lambda: reports.append(third()))
+    thread.start()
+    assert opened.wait(30)
+    for _ in range(10):
+        torch.mm(a, a)
+    worked.set()
+    thread.join(timeout=60)
+    assert (reports[0]["status"], reports[0]["value"]) == ("complete", 10 * 2 * 8 * 8 * 8), reports
+
+
 def test_scopes_are_refused_from_another_thread():
     ops = torch.ops.torchscan
     handle = ops.open_session("")

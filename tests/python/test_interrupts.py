@@ -3,7 +3,8 @@
 A `KeyboardInterrupt` is injected at every line event (and every call and return) of
 torchscan's own code during one run of each public entry point, one injection per run, through
 `sys.settrace`: after each, no native session is open, no global module hook is installed, the
-thread's profiler slot is free, and the model's training flags are as they were. The injection
+thread's profiler slot is free, and the model's training flags and the grad mode are as they
+were. The injection
 points are enumerated, not sampled: the test is deterministic and bounded (a few thousand runs
 of a three-layer model, seconds).
 """
@@ -89,6 +90,7 @@ def _state():
         "recorders": len(_labels._recorders),
         "profiler slot free": _profiler_slot_free(),
         "training flags": [m.training for m in MODEL.modules()],
+        "grad mode": torch.is_grad_enabled(),
     }
 
 
