@@ -2,7 +2,8 @@
 eager calls, compiled graphs and every session of the process.
 
 Names are given once per measurement: a root module by its class name, its submodules by dotted
-attribute path (as PyTorch's ModuleTracker names them), sent to the native session with the
+attribute path (as PyTorch's ModuleTracker names them; a name holding a dot, a backslash or a lone
+surrogate is escaped, ``_names.py``), sent to the native session with the
 modules' identities. From then on every module call costs one native call at its start and one
 at its end (``_hooks.c``): the session finds the label by identity and pushes or pops it. The
 sessions labelling a thread's module calls are kept natively per thread, so calls on other
