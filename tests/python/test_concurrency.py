@@ -201,9 +201,10 @@ def test_a_count_exited_on_another_thread_is_discarded_and_cannot_exhaust_the_se
     assert (report["total"]["status"], report["total"]["value"]) == ("complete", 2 * 4 * 4 * 4)
 
 
-def test_an_orphaned_callback_never_counts_for_the_next_session_of_its_slot():
-    # This thread's session is discarded on another thread; a third thread's session takes the
-    # freed slot while this thread keeps working: none of this thread's work reaches it.
+def _next_session_after_an_orphan(threads, own_work):
+    """This thread's session is discarded on another thread; a third thread's count (`threads`)
+    takes the freed slot, runs `own_work` while this thread does ten 8x8 products, and returns
+    its total."""
     a = torch.randn(8, 8)
     ops = torch.ops.torchscan
     handle = ops.open_session("")
@@ -211,10 +212,10 @@ def test_an_orphaned_callback_never_counts_for_the_next_session_of_its_slot():
     opened, worked = threading.Event(), threading.Event()
 
     def third():
-        with torchscan.count_flops() as counter:
+        with torchscan.count_flops(threads=threads) as counter:
             opened.set()
             assert worked.wait(30)
-            torch.mm(a[:2], a)  # 2 x 8 x 8 multiply-adds
+            own_work(a)
         return counter.report()["total"]
 
     reports = []
@@ -225,34 +226,22 @@ def test_an_orphaned_callback_never_counts_for_the_next_session_of_its_slot():
         torch.mm(a, a)
     worked.set()
     thread.join(timeout=60)
-    # Exactly its own work (partial: this thread's work is noted as work on an unfollowed thread).
-    assert reports[0]["known_value"] == 2 * 2 * 8 * 8, reports
+    assert len(reports) == 1
+    return reports[0]
+
+
+def test_an_orphaned_callback_never_counts_for_the_next_session_of_its_slot():
+    total = _next_session_after_an_orphan("current", lambda a: torch.mm(a[:2], a))
+    # Exactly its own work, 2 x 8 x 8 multiply-adds (partial: this thread's products are noted
+    # as work on a thread the session does not follow).
+    assert total["known_value"] == 2 * 2 * 8 * 8, total
 
 
 def test_an_orphaned_callback_does_not_double_count_for_a_session_counting_every_thread():
-    # As above, but the next session of the slot counts every thread: this thread's work is
-    # counted once (by that session's global callback), not again by the orphaned one.
-    a = torch.randn(8, 8)
-    ops = torch.ops.torchscan
-    handle = ops.open_session("")
-    assert _run_on_thread(lambda: ops.discard_session(handle)) == ("ok", None)
-    opened, worked = threading.Event(), threading.Event()
-
-    def third():
-        with torchscan.count_flops(threads="all") as counter:
-            opened.set()
-            assert worked.wait(30)
-        return counter.report()["total"]
-
-    reports = []
-    thread = threading.Thread(target=lambda: reports.append(third()))
-    thread.start()
-    assert opened.wait(30)
-    for _ in range(10):
-        torch.mm(a, a)
-    worked.set()
-    thread.join(timeout=60)
-    assert (reports[0]["status"], reports[0]["value"]) == ("complete", 10 * 2 * 8 * 8 * 8), reports
+    # This thread's products are counted once, by that session's global callback, not again by
+    # the orphaned thread-local one.
+    total = _next_session_after_an_orphan("all", lambda a: None)
+    assert (total["status"], total["value"]) == ("complete", 10 * 2 * 8 * 8 * 8), total
 
 
 def test_scopes_are_refused_from_another_thread():
