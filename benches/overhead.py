@@ -1,8 +1,9 @@
 """Overhead of torchscan.measure_flops against the bare workload and FlopCounterMode.
 
-Everything runs in one process, side by side: each round runs the three variants once, in a
-shuffled order, so that machine drift hits them alike. Times are medians over the rounds; the
-ratios are medians of the per-round ratios (paired), which drift affects least.
+Everything runs in one process, side by side: each round runs every variant once, in a shuffled
+order, each between two runs of the bare workload (bare, variant, bare), so that machine drift
+hits both sides alike. Times are medians over the rounds; the ratios are medians of the paired
+ratios (a variant's time over the mean of the bare runs around it), which drift affects least.
 
     python benches/overhead.py [--rounds 7] [--ops 100000] [--json out.json] [--breakdown]
 
@@ -144,19 +145,28 @@ def timed(fn: Callable[[], None]) -> float:
 def measure(
     work: Callable[[], object], rounds: int, variants: dict[str, Callable[[Callable[[], object]], None]] = VARIANTS
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Median seconds per variant, and the median per-round ratio of each variant to bare."""
-    order = list(variants)
-    samples: dict[str, list[float]] = {name: [] for name in order}
-    ratios: dict[str, list[float]] = {name: [] for name in order}
-    for name in order:  # warm-up
+    """Median seconds per variant, and the median per-round ratio of each variant to bare.
+
+    Each round runs every other variant once, in a shuffled order, each between two bare runs
+    (bare, variant, bare): its ratio is to the mean of those two, so that drift on the scale of
+    one workload (the machine's other work, frequency changes) hits both sides alike."""
+    order = [name for name in variants if name != "bare"]
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    ratios: dict[str, list[float]] = {name: [] for name in variants}
+    for name in variants:  # warm-up
         variants[name](work)
     shuffle = random.Random(0).shuffle
+    run_bare = variants["bare"]
     for _ in range(rounds):
         shuffle(order)
-        this_round = {name: timed(lambda n=name: variants[n](work)) for name in order}
-        for name, seconds in this_round.items():
+        for name in order:
+            before = timed(lambda: run_bare(work))
+            seconds = timed(lambda n=name: variants[n](work))
+            after = timed(lambda: run_bare(work))
+            samples["bare"] += [before, after]
             samples[name].append(seconds)
-            ratios[name].append(seconds / this_round["bare"])
+            ratios[name].append(seconds / ((before + after) / 2))
+    ratios["bare"] = [1.0]
     return (
         {name: statistics.median(values) for name, values in samples.items()},
         {name: statistics.median(values) for name, values in ratios.items()},

@@ -6,6 +6,7 @@
 // ThreadLocalState to autograd worker threads and still knows its session there, and nested
 // sessions on one thread each see every event.
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <atomic>
@@ -17,6 +18,8 @@
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <ATen/core/class_type.h>
+#include <ATen/core/function.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
@@ -52,6 +55,7 @@ constexpr int64_t kBoolList = static_cast<int64_t>(ArgTag::BoolList);
 constexpr int64_t kTensorList = static_cast<int64_t>(ArgTag::TensorList);
 constexpr int64_t kOther = static_cast<int64_t>(ArgTag::Other);
 constexpr int64_t kSparse = static_cast<int64_t>(ArgTag::Sparse);
+constexpr int64_t kPacked = static_cast<int64_t>(ArgTag::Packed);
 
 using Buffer = std::vector<int64_t>;
 
@@ -114,6 +118,90 @@ bool is_sparse_layout(c10::Layout layout) {
          layout == c10::kSparseBsr || layout == c10::kSparseBsc;
 }
 
+// A quantized kernel's packed weight (a torchbind object: `LinearPackedParamsBase`,
+// `Conv{1,2,3}dPackedParamsBase`) hides its shape from the dispatcher. Its record, read through
+// the object's own methods: the weight's (dtype, ndim, dims...), then n and n parameters (none
+// for a linear; for a convolution the spatial rank d, stride, padding, output padding and
+// dilation (d each), groups, transposed). Unpacking copies the weight, so each object is read
+// once per thread and kept by a weak reference (which also keeps its address from being reused
+// while the entry lives); the cache allocates only when it meets a new object.
+struct PackedEntry {
+  c10::weak_intrusive_ptr<c10::ivalue::Object> object;
+  std::vector<int64_t> record;
+};
+constexpr std::size_t kPackedCacheSize = 256;
+thread_local std::vector<PackedEntry> t_packed;
+
+bool ends_with(const std::string& s, const char* suffix) {
+  std::size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+c10::IValue call_method(const c10::intrusive_ptr<c10::ivalue::Object>& object, const char* name) {
+  torch::jit::Function& method = object->type()->getMethod(name);
+  torch::jit::Stack stack{c10::IValue(object)};
+  method.run(stack);
+  TORCH_CHECK(stack.size() == 1, "torchscan: unexpected result of ", name);
+  return std::move(stack[0]);
+}
+
+void push_ints(const c10::IValue& list, std::vector<int64_t>& out) {
+  for (int64_t x : list.toIntList()) out.push_back(x);
+}
+
+// The record of a packed weight (see above); false for any other object.
+bool read_packed(const c10::intrusive_ptr<c10::ivalue::Object>& object, std::vector<int64_t>& record) {
+  const auto& type = object->type();
+  if (!type || !type->name()) return false;
+  const std::string& name = type->name()->qualifiedName();
+  bool linear = ends_with(name, "quantized.LinearPackedParamsBase");
+  int64_t dims = ends_with(name, "quantized.Conv1dPackedParamsBase")   ? 1
+                 : ends_with(name, "quantized.Conv2dPackedParamsBase") ? 2
+                 : ends_with(name, "quantized.Conv3dPackedParamsBase") ? 3
+                                                                       : 0;
+  if (!linear && dims == 0) return false;
+  // The methods run operators (unpacking allocates a tensor): none of them is the workload's.
+  at::RecordFunctionGuard no_observers(false);
+  c10::IValue weight =
+      linear ? call_method(object, "unpack").toTupleRef().elements().at(0) : call_method(object, "weight");
+  if (!weight.isTensor() || !push_tensor_record(weight.toTensor(), record)) return false;
+  if (linear) {
+    record.push_back(0);
+    return true;
+  }
+  std::vector<int64_t> params{dims};
+  for (const char* list : {"stride", "padding", "output_padding", "dilation"}) {
+    push_ints(call_method(object, list), params);
+  }
+  params.push_back(call_method(object, "groups").toInt());
+  params.push_back(call_method(object, "transpose").toBool() ? 1 : 0);
+  record.push_back(static_cast<int64_t>(params.size()));
+  record.insert(record.end(), params.begin(), params.end());
+  return true;
+}
+
+bool encode_packed(const c10::IValue& v, Buffer& out) {
+  const auto& object = v.toObject();
+  for (const auto& entry : t_packed) {
+    if (entry.object._unsafe_get_target() == object.get()) {
+      out.push_back(kPacked);
+      out.insert(out.end(), entry.record.begin(), entry.record.end());
+      return true;
+    }
+  }
+  std::vector<int64_t> record;
+  if (!read_packed(object, record)) return false;
+  // Objects that died free their entries; a full cache forgets its oldest entry.
+  t_packed.erase(
+      std::remove_if(t_packed.begin(), t_packed.end(), [](const PackedEntry& e) { return e.object.expired(); }),
+      t_packed.end());
+  if (t_packed.size() >= kPackedCacheSize) t_packed.erase(t_packed.begin());
+  t_packed.push_back(PackedEntry{c10::weak_intrusive_ptr<c10::ivalue::Object>(object), record});
+  out.push_back(kPacked);
+  out.insert(out.end(), record.begin(), record.end());
+  return true;
+}
+
 void encode(const c10::IValue& v, Buffer& out) {
   if (v.isTensor() && v.toTensor().defined() && is_sparse_layout(v.toTensor().layout())) {
     // Never a TENSOR record: no dense formula may price it by its dense shape.
@@ -174,6 +262,14 @@ void encode(const c10::IValue& v, Buffer& out) {
         return;
       }
     }
+  } else if (v.isObject()) {
+    bool packed = false;
+    try {
+      packed = encode_packed(v, out);
+    } catch (...) {
+      packed = false;  // a packed weight whose methods failed: priced as unknown
+    }
+    if (!packed) out.push_back(kOther);
   } else {
     out.push_back(kOther);
   }

@@ -280,6 +280,7 @@ fn not_requested(torch_version: String) -> FlopReport {
         by_phase: BTreeMap::new(),
         ignored_operators: BTreeMap::new(),
         diagnostics: Vec::new(),
+        integer_ops: None,
     }
 }
 

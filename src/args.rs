@@ -9,6 +9,10 @@
 //! - `INT_LIST` / `BOOL_LIST`: tag, n, values...; `TENSOR_LIST`: tag, n, then n x (dtype, ndim, dims...)
 //! - `SPARSE`: tag, layout (`c10::Layout` as int), stored values, dtype, ndim, dims... A sparse
 //!   tensor is never a `TENSOR`, so that no dense formula can price it by its dense shape.
+//! - `PACKED`: tag, the weight's dtype, ndim, dims..., then n, then n parameters: a quantized
+//!   kernel's packed weight (`quantized::linear`'s, `quantized::conv2d`'s), read by the shim
+//!   through the object's methods (for a convolution: spatial rank d, stride, padding, output
+//!   padding and dilation (d each), groups, transposed; nothing for a linear).
 //!
 //! Values never leave the session: reports only ever carry FLOP counts and shapes' products.
 
@@ -22,6 +26,7 @@ pub const TAG_BOOL_LIST: i64 = 6;
 pub const TAG_TENSOR_LIST: i64 = 7;
 pub const TAG_OTHER: i64 = 8;
 pub const TAG_SPARSE: i64 = 9;
+pub const TAG_PACKED: i64 = 10;
 
 /// `c10::ScalarType` codes of the complex dtypes (ComplexHalf, ComplexFloat, ComplexDouble).
 const COMPLEX_DTYPES: [i64; 3] = [8, 9, 10];
@@ -68,6 +73,13 @@ pub struct SparseMeta<'a> {
     pub tensor: TensorMeta<'a>,
 }
 
+/// A quantized kernel's packed weight: the weight's metadata and the kernel's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedMeta<'a> {
+    pub weight: TensorMeta<'a>,
+    pub params: &'a [i64],
+}
+
 /// One decoded argument, borrowing from the stream.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arg<'a> {
@@ -82,6 +94,7 @@ pub enum Arg<'a> {
     /// `n` tensors, encoded back to back as `(dtype, ndim, dims...)`.
     TensorList(usize, &'a [i64]),
     Sparse(SparseMeta<'a>),
+    Packed(PackedMeta<'a>),
 }
 
 /// Finds where each argument starts. `offsets` is cleared and refilled (its capacity is kept).
@@ -107,6 +120,11 @@ fn arg_len(stream: &[i64], pos: usize) -> Option<usize> {
         TAG_INT | TAG_DOUBLE | TAG_BOOL => 2,
         TAG_TENSOR => 1 + tensor_len(stream, pos + 1)?,
         TAG_SPARSE => 3 + tensor_len(stream, pos + 3)?,
+        TAG_PACKED => {
+            let weight = tensor_len(stream, pos + 1)?;
+            let n = usize::try_from(*stream.get(pos + 1 + weight)?).ok()?;
+            2 + weight + n
+        }
         TAG_INT_LIST | TAG_BOOL_LIST => 2 + usize::try_from(*stream.get(pos + 1)?).ok()?,
         TAG_TENSOR_LIST => {
             let n = usize::try_from(*stream.get(pos + 1)?).ok()?;
@@ -162,6 +180,12 @@ impl<'a> Args<'a> {
             TAG_TENSOR => Arg::Tensor(tensor_at(s, pos + 1)?),
             TAG_SPARSE => {
                 Arg::Sparse(SparseMeta { layout: s[pos + 1], stored: s[pos + 2], tensor: tensor_at(s, pos + 3)? })
+            }
+            TAG_PACKED => {
+                let weight = tensor_at(s, pos + 1)?;
+                let at = pos + 3 + weight.dims.len();
+                let n = usize::try_from(s[at]).ok()?;
+                Arg::Packed(PackedMeta { weight, params: &s[at + 1..at + 1 + n] })
             }
             TAG_INT => Arg::Int(s[pos + 1]),
             TAG_DOUBLE => Arg::Double(f64::from_bits(s[pos + 1] as u64)),
@@ -250,6 +274,13 @@ impl<'a> Args<'a> {
         }
     }
 
+    pub fn packed(&self, index: usize) -> Option<PackedMeta<'a>> {
+        match self.get(index)? {
+            Arg::Packed(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// The layout of the first sparse tensor among the arguments, if any.
     pub fn sparse_layout(&self) -> Option<i64> {
         let s = self.stream;
@@ -333,6 +364,14 @@ pub mod build {
         out.extend([TAG_SPARSE, layout, stored, 6, dims.len() as i64]);
         out.extend_from_slice(dims);
     }
+    /// A packed weight of these dims (int8) with these parameters.
+    pub fn packed(out: &mut Vec<i64>, dims: &[i64], params: &[i64]) {
+        out.extend([TAG_PACKED, 12, dims.len() as i64]);
+        out.extend_from_slice(dims);
+        out.push(params.len() as i64);
+        out.extend_from_slice(params);
+    }
+
     pub fn int(out: &mut Vec<i64>, v: i64) {
         out.extend([TAG_INT, v]);
     }

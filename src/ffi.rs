@@ -28,6 +28,7 @@ mod bridge {
         TensorList = 7,
         Other = 8,
         Sparse = 9,
+        Packed = 10,
     }
 
     /// How many sessions can be open at once (`registry::MAX_SESSIONS`): the shim keeps one
@@ -208,6 +209,7 @@ const _: () = {
     assert!(ArgTag::TensorList.repr == args::TAG_TENSOR_LIST);
     assert!(ArgTag::Other.repr == args::TAG_OTHER);
     assert!(ArgTag::Sparse.repr == args::TAG_SPARSE);
+    assert!(ArgTag::Packed.repr == args::TAG_PACKED);
     assert!(Limits::Sessions.repr as usize == registry::MAX_SESSIONS);
     assert!(DecisionBit::Skip.repr == Decision::SKIP.0);
     assert!(DecisionBit::Capture.repr == Decision::CAPTURE);

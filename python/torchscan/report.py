@@ -14,6 +14,7 @@ __all__ = [
     "FlopContext",
     "FlopReport",
     "IgnoredOperator",
+    "IntegerOps",
     "LayerChanges",
     "LayerDiff",
     "LayerReport",
@@ -57,6 +58,18 @@ class IgnoredOperator(TypedDict):
     reason: str
 
 
+class IntegerOps(TypedDict):
+    """The integer arithmetic of quantized kernels (``quantized::linear``, ``aten::_int_mm``, ...):
+    2 operations per integer multiply-accumulate, 1 per quantized elementwise result."""
+
+    status: MetricStatus
+    value: int | None
+    known_value: int | None
+    unit: Literal["integer_ops"]
+    #: Operator packet -> integer operations of its calls.
+    by_operator: dict[str, int]
+
+
 class FlopReport(TypedDict):
     schema_version: int
     context: FlopContext
@@ -76,6 +89,8 @@ class FlopReport(TypedDict):
     by_phase: dict[str, MetricResult]
     ignored_operators: dict[str, IgnoredOperator]
     diagnostics: list[Diagnostic]
+    #: Integer operations of quantized kernels, apart from FLOPs; present when one ran.
+    integer_ops: NotRequired[IntegerOps]
 
 
 class LayerReport(TypedDict):

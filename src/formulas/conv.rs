@@ -18,12 +18,25 @@ pub fn convolution(args: &Args) -> Result<u64, FormulaError> {
     let padding = args.int_list(4).ok_or(FormulaError::MissingArgument(4))?;
     let dilation = args.int_list(5).ok_or(FormulaError::MissingArgument(5))?;
     let transposed = args.bool(6).ok_or(FormulaError::MissingArgument(6))?;
+    convolution_of(input.dims, weight.dims, stride, padding, dilation, transposed)
+}
+
+/// One convolution's work from its input's and weight's sizes and its parameters (also the
+/// quantized convolutions', whose weight comes packed).
+pub fn convolution_of(
+    input: &[i64],
+    weight: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    transposed: bool,
+) -> Result<u64, FormulaError> {
     let spatial = if transposed {
-        product(input.dims.get(2..).ok_or(FormulaError::UnexpectedShape)?)?
+        product(input.get(2..).ok_or(FormulaError::UnexpectedShape)?)?
     } else {
-        conv_output_spatial(input.dims, weight.dims, stride, padding, dilation)?
+        conv_output_spatial(input, weight, stride, padding, dilation)?
     };
-    conv_work(input.dims, weight.dims, transposed, spatial)
+    conv_work(input, weight, transposed, spatial)
 }
 
 /// `convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,

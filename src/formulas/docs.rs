@@ -25,7 +25,11 @@ pub fn markdown() -> String {
          formulas count 4x on complex operands; other formulas have no complex form, and such a call is \
          a `formula_error` (partial), never a real-valued price. Sparse operands (COO, CSR, CSC, BSR, \
          BSC) are priced by their stored values where a row names a sparse formula; any other formula \
-         on a sparse tensor is a `formula_error` naming the layout, never a dense price.\n",
+         on a sparse tensor is a `formula_error` naming the layout, never a dense price.\n\n\
+         The `integer` category holds the integer kernels of quantized models: integer operations, not \
+         FLOPs (2 per int8 multiply-accumulate, 1 per quantized elementwise result), reported apart in \
+         the report's `integer_ops` and in no FLOP total; a packed weight's shape and a packed \
+         convolution's parameters are read from the packed object.\n",
     );
     for category in Category::ALL {
         let rows: Vec<_> = FORMULAS.iter().filter(|f| f.category == category).collect();
@@ -51,6 +55,9 @@ pub fn markdown() -> String {
     );
     for u in super::quantize::UNCOUNTED {
         let _ = writeln!(out, "| `{}` | {} |", u.operator, u.reason);
+    }
+    if super::quantize::UNCOUNTED.is_empty() {
+        out.push_str("| (none) | |\n");
     }
     out.push_str(
         "\n## Ignored: no arithmetic (0 FLOPs, listed in `ignored_operators`)\n\n| operator | reason |\n|---|---|\n",

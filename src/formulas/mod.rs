@@ -52,10 +52,13 @@ pub enum Category {
     /// Counted by a formula its library registered with PyTorch's flop counter
     /// (`torch.utils.flop_counter.register_flop_formula`), for an operator this registry lacks.
     Registered,
+    /// Integer arithmetic of quantized kernels: integer operations, not FLOPs. The session
+    /// keeps them apart (the report's `integer_ops`); no FLOP total or `by_category` holds them.
+    Integer,
 }
 
 impl Category {
-    pub const ALL: [Category; 14] = [
+    pub const ALL: [Category; 15] = [
         Category::Matmul,
         Category::Conv,
         Category::Attention,
@@ -70,7 +73,13 @@ impl Category {
         Category::Spectral,
         Category::Custom,
         Category::Registered,
+        Category::Integer,
     ];
+
+    /// The categories whose counts are FLOPs (all but `Integer`).
+    pub fn is_flops(self) -> bool {
+        self != Category::Integer
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -88,6 +97,7 @@ impl Category {
             Category::Spectral => "spectral",
             Category::Custom => "custom",
             Category::Registered => "registered",
+            Category::Integer => "integer",
         }
     }
 }
@@ -317,6 +327,18 @@ const FAKE_QUANTIZE: &Convention =
     &Convention { rule: "6 FLOPs per element: quantize (4) then dequantize (2), in floating point", source: TORCHSCAN };
 const OBSERVE_FAKE_QUANTIZE: &Convention = &Convention {
     rule: "8 FLOPs per element: the observer's minimum and maximum (2) and fake quantization (6)",
+    source: TORCHSCAN,
+};
+const INTEGER_PRODUCT: &Convention = &Convention {
+    rule: "integer operations, not FLOPs: 2 per multiply-accumulate (int8 x int8 into int32); requantization and a fused ReLU not counted",
+    source: TORCHSCAN,
+};
+const PACKED_FP16_PRODUCT: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate (fp16 weight, float activations); the weight's shape read from its packed object",
+    source: TORCHSCAN,
+};
+const INTEGER_ELEMENTWISE: &Convention = &Convention {
+    rule: "integer operations, not FLOPs: 1 per output element; requantization and a fused ReLU not counted",
     source: TORCHSCAN,
 };
 const MIN_MAX: &Convention =
@@ -590,6 +612,33 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_prelu_kernel_backward", Pointwise, pointwise::per_tensor_element::<1, 2>, PRELU_BACKWARD),
     row!("aten::glu", Pointwise, pointwise::per_tensor_element::<0, 1>, GLU),
     row!("aten::glu_backward", Pointwise, pointwise::per_tensor_element::<1, 1>, GLU_BACKWARD),
+    // Kernels of quantized models (`quantize.rs`): integer operations, apart from FLOPs.
+    row!("aten::_int_mm", Integer, matmul::mm, INTEGER_PRODUCT),
+    row!("quantized::linear", Integer, quantize::packed_linear, INTEGER_PRODUCT),
+    row!("quantized::linear_relu", Integer, quantize::packed_linear, INTEGER_PRODUCT),
+    row!("quantized::linear_dynamic", Integer, quantize::packed_linear, INTEGER_PRODUCT),
+    row!("quantized::linear_relu_dynamic", Integer, quantize::packed_linear, INTEGER_PRODUCT),
+    row!("quantized::linear_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
+    row!("quantized::linear_relu_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
+    row!("quantized::conv1d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv2d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv3d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv1d_relu", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv2d_relu", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv3d_relu", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv2d_add", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv2d_add_relu", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv_transpose1d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv_transpose2d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::conv_transpose3d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
+    row!("quantized::add", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
+    row!("quantized::add_relu", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
+    row!("quantized::add_scalar", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
+    row!("quantized::add_scalar_relu", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
+    row!("quantized::mul", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
+    row!("quantized::mul_relu", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
+    row!("quantized::mul_scalar", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
+    row!("quantized::mul_scalar_relu", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
     // Quantization in floating point (integer kernels of quantized models are not FLOPs).
     row!("aten::quantize_per_tensor", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
     row!("aten::quantize_per_tensor_dynamic", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
@@ -1046,7 +1095,7 @@ mod tests {
         assert_eq!(lookup("aten::not_an_op_"), None);
         assert_eq!(classify("aten::mm"), Class::Counted("matmul"));
         assert_eq!(classify("aten::view"), Class::Ignored("view"));
-        assert!(matches!(classify("quantized::linear"), Class::Uncounted(_)));
+        assert_eq!(classify("quantized::linear"), Class::Counted("integer"));
         assert_eq!(classify("aten::not_an_op"), Class::Unclassified);
         assert!(registry_operators().any(|name| name == "quantized::conv2d"));
     }

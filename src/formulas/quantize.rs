@@ -1,9 +1,17 @@
-//! Quantization arithmetic in floating point: quantizing, dequantizing, fake quantization (QAT)
-//! and its observers. The integer kernels of quantized models (`quantized::linear`,
-//! `quantized::conv2d`, `aten::_int_mm`, ...) are not here: they are integer arithmetic, which
-//! FLOPs do not count; they are reported as uncounted operators (`docs/methodology.md`).
+//! Quantization: quantizing, dequantizing, fake quantization (QAT) and its observers in
+//! floating point; and the kernels of quantized models. Integer kernels (`quantized::linear`,
+//! `quantized::conv2d`, `aten::_int_mm`, quantized `add`/`mul`) are priced in integer operations,
+//! category `integer`, which the report keeps apart from FLOPs (`integer_ops`): an integer
+//! multiply-accumulate (int8 x int8 into int32) is 2 operations, as a floating-point one is 2
+//! FLOPs. `quantized::linear_dynamic_fp16` multiplies in floating point: FLOPs, `matmul`.
+//! A packed weight's shape and a packed convolution's parameters come from the packed object
+//! (`Arg::Packed`, read by the shim). Not counted, by convention: the requantization of each
+//! output (scale and zero point) and a fused ReLU's clamp, which are the kernel's epilogue, and
+//! the dynamic kernels' quantization of their floating-point input.
 
-use super::{require_tensor, FormulaError};
+use super::conv::convolution_of;
+use super::pointwise::broadcast_numel;
+use super::{mul_all, require_tensor, FormulaError};
 use crate::args::Args;
 
 /// An operator that does arithmetic torchscan deliberately does not count, and why. Its calls
@@ -13,39 +21,64 @@ pub struct Uncounted {
     pub reason: &'static str,
 }
 
-const INTEGER: &str =
-    "integer multiply-accumulates (int8 x int8 into int32), which FLOPs (floating point) do not count";
-const INTEGER_ELEMENTWISE: &str = "integer arithmetic on quantized values, which FLOPs (floating point) do not count";
-const PACKED_FP16: &str =
-    "floating-point work whose weight is a packed object: the dispatcher shows no weight shape to price it by";
-
-/// The deliberately uncounted operators (listed in `docs/formulas.md`).
-pub static UNCOUNTED: &[Uncounted] = &[
-    Uncounted { operator: "quantized::linear", reason: INTEGER },
-    Uncounted { operator: "quantized::linear_relu", reason: INTEGER },
-    Uncounted { operator: "quantized::linear_dynamic", reason: INTEGER },
-    Uncounted { operator: "quantized::linear_relu_dynamic", reason: INTEGER },
-    Uncounted { operator: "quantized::conv1d", reason: INTEGER },
-    Uncounted { operator: "quantized::conv2d", reason: INTEGER },
-    Uncounted { operator: "quantized::conv3d", reason: INTEGER },
-    Uncounted { operator: "quantized::conv1d_relu", reason: INTEGER },
-    Uncounted { operator: "quantized::conv2d_relu", reason: INTEGER },
-    Uncounted { operator: "quantized::conv3d_relu", reason: INTEGER },
-    Uncounted { operator: "quantized::conv_transpose2d", reason: INTEGER },
-    Uncounted { operator: "aten::_int_mm", reason: INTEGER },
-    Uncounted { operator: "quantized::add", reason: INTEGER_ELEMENTWISE },
-    Uncounted { operator: "quantized::add_relu", reason: INTEGER_ELEMENTWISE },
-    Uncounted { operator: "quantized::add_scalar", reason: INTEGER_ELEMENTWISE },
-    Uncounted { operator: "quantized::mul", reason: INTEGER_ELEMENTWISE },
-    Uncounted { operator: "quantized::mul_relu", reason: INTEGER_ELEMENTWISE },
-    Uncounted { operator: "quantized::mul_scalar", reason: INTEGER_ELEMENTWISE },
-    Uncounted { operator: "quantized::linear_dynamic_fp16", reason: PACKED_FP16 },
-    Uncounted { operator: "quantized::linear_relu_dynamic_fp16", reason: PACKED_FP16 },
-];
+/// The deliberately uncounted operators (listed in `docs/formulas.md`): none today; the
+/// mechanism stays for an operator whose work the observer cannot see.
+pub static UNCOUNTED: &[Uncounted] = &[];
 
 /// The reason `operator` is deliberately uncounted, if it is.
 pub fn uncounted_reason(operator: &str) -> Option<&'static str> {
     UNCOUNTED.iter().find(|u| u.operator == operator).map(|u| u.reason)
+}
+
+/// `quantized::linear(X[..., K], W_prepack[N, K], scale, zero_point)` and its `_relu`,
+/// `_dynamic` and `_dynamic_fp16` forms: `2 * numel(X) * N` (each of `numel(X) / K` rows meets
+/// the `N x K` weight).
+pub fn packed_linear(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
+    let &[out_features, in_features] = packed.weight.dims else { return Err(FormulaError::UnexpectedShape) };
+    if input.dims.last() != Some(&in_features) || out_features < 0 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    mul_all(&[2, input.numel().ok_or(FormulaError::Overflow)?, out_features as u64])
+}
+
+/// `quantized::conv{1,2,3}d(qx, packed_weight, scale, zero_point)` with its `_relu`/`_add`
+/// forms, and `conv_transpose{1,2,3}d`: the convolution's multiply-accumulates, 2 each, from the
+/// packed weight and parameters. `conv1d` runs as a 2-d convolution of height 1 (its packed
+/// weight is 4-d): its input is read as `[N, C, 1, L]`.
+pub fn packed_conv(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
+    let params = packed.params;
+    let rank = params.first().and_then(|&d| usize::try_from(d).ok()).ok_or(FormulaError::UnexpectedShape)?;
+    if params.len() != 1 + 4 * rank + 2 || rank > 3 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let list = |i: usize| &params[1 + i * rank..1 + (i + 1) * rank];
+    let (stride, padding, dilation) = (list(0), list(1), list(3));
+    let transposed = params[1 + 4 * rank + 1] != 0;
+    let weight = packed.weight.dims;
+    let mut dims = [0i64; 5];
+    let input = match (input.dims.len(), weight.len()) {
+        (n, w) if n == w => input.dims,
+        (3, 4) if weight[2] == 1 => {
+            dims[..4].copy_from_slice(&[input.dims[0], input.dims[1], 1, input.dims[2]]);
+            &dims[..4]
+        }
+        _ => return Err(FormulaError::UnexpectedShape),
+    };
+    convolution_of(input, weight, stride, padding, dilation, transposed)
+}
+
+/// `quantized::add(qa, qb, scale, zero_point)`, `mul`, their `_relu` and `_scalar` forms: one
+/// integer operation per output element (the operands broadcast; a scalar adds nothing).
+pub fn elementwise(args: &Args) -> Result<u64, FormulaError> {
+    if args.has_tensor(1) {
+        broadcast_numel(args)
+    } else {
+        require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)
+    }
 }
 
 /// `K` FLOPs per element of argument 0 (the tensor quantized, dequantized or observed; scales
@@ -57,8 +90,89 @@ pub fn per_input_element<const K: u64>(args: &Args) -> Result<u64, FormulaError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::build::{int, tensor};
+    use crate::args::build::{double, int, packed, tensor};
     use crate::formulas::testing::with_args;
+
+    /// A call `(input, packed weight, scale, zero point)`.
+    fn packed_call(
+        input: &[i64],
+        weight: &[i64],
+        params: &[i64],
+        formula: super::super::FlopFn,
+    ) -> Result<u64, FormulaError> {
+        with_args(
+            |s| {
+                tensor(s, input);
+                packed(s, weight, params);
+                double(s, 0.1);
+                int(s, 0);
+            },
+            formula,
+        )
+    }
+
+    #[test]
+    fn quantized_linear_counts_two_integer_operations_per_multiply_accumulate() {
+        // X[2,3,16] @ W[8,16]^T: 6 rows x 16 x 8 = 768 multiply-accumulates = 1,536.
+        assert_eq!(packed_call(&[2, 3, 16], &[8, 16], &[], packed_linear), Ok(1536));
+        // The weight must match the input's last dimension.
+        assert_eq!(packed_call(&[2, 3, 15], &[8, 16], &[], packed_linear), Err(FormulaError::UnexpectedShape));
+        // No packed weight where one should be: the argument is named.
+        let missing = with_args(
+            |s| {
+                tensor(s, &[2, 16]);
+                tensor(s, &[8, 16]);
+            },
+            packed_linear,
+        );
+        assert_eq!(missing, Err(FormulaError::MissingArgument(1)));
+    }
+
+    #[test]
+    fn quantized_convolutions_from_their_packed_parameters() {
+        // conv2d: x[2,4,8,8], weight [6, 4/2, 3, 3], stride 1, padding 1, dilation 1, groups 2:
+        // output 8x8; 2 x 6 x 2 x 9 x 64 = 13,824 multiply-accumulates = 27,648.
+        let params = [2, 1, 1, 1, 1, 0, 0, 1, 1, 2, 0];
+        assert_eq!(packed_call(&[2, 4, 8, 8], &[6, 2, 3, 3], &params, packed_conv), Ok(27_648));
+        // Stride 2, no padding: output 3x3; 2 x 6 x 2 x 9 x 9 = 1,944 MACs = 3,888.
+        let strided = [2, 2, 2, 0, 0, 0, 0, 1, 1, 2, 0];
+        assert_eq!(packed_call(&[2, 4, 8, 8], &[6, 2, 3, 3], &strided, packed_conv), Ok(3888));
+        // conv1d runs as 2-d of height 1: x[1,3,10], weight [4,3,1,3], no padding: output 1x8;
+        // 1 x 4 x 3 x 3 x 8 = 288 MACs = 576.
+        let one_d = [2, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0];
+        assert_eq!(packed_call(&[1, 3, 10], &[4, 3, 1, 3], &one_d, packed_conv), Ok(576));
+        // Transposed: each input element meets each kernel element once: x[1,4,5,5], weight
+        // [4, 2, 3, 3] (C_in, C_out/groups), groups 1: 1 x 4 x 2 x 9 x 25 = 1,800 MACs = 3,600.
+        let transposed = [2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1];
+        assert_eq!(packed_call(&[1, 4, 5, 5], &[4, 2, 3, 3], &transposed, packed_conv), Ok(3600));
+        // Parameters of the wrong length are an error, never a guess.
+        assert_eq!(
+            packed_call(&[2, 4, 8, 8], &[6, 2, 3, 3], &[2, 1, 1], packed_conv),
+            Err(FormulaError::UnexpectedShape)
+        );
+    }
+
+    #[test]
+    fn quantized_elementwise_counts_one_operation_per_output_element() {
+        let add = with_args(
+            |s| {
+                tensor(s, &[2, 3, 4]);
+                tensor(s, &[3, 1]);
+                double(s, 0.1);
+                int(s, 0);
+            },
+            elementwise,
+        );
+        assert_eq!(add, Ok(24));
+        let add_scalar = with_args(
+            |s| {
+                tensor(s, &[5, 7]);
+                double(s, 2.0);
+            },
+            elementwise,
+        );
+        assert_eq!(add_scalar, Ok(35));
+    }
 
     #[test]
     fn quantize_dequantize_and_fake_quantize_per_element() {

@@ -108,6 +108,42 @@ pub struct FlopReport {
     #[schemars(extend("propertyNames" = {"pattern": PACKET_PATTERN}))]
     pub ignored_operators: BTreeMap<String, IgnoredCount>,
     pub diagnostics: Vec<Diagnostic>,
+    /// Integer operations of quantized kernels, kept apart from the FLOPs above; present when
+    /// such a kernel ran (additive).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub integer_ops: Option<IntegerOps>,
+}
+
+/// The integer arithmetic of quantized kernels (`quantized::linear`, `quantized::conv2d`,
+/// `aten::_int_mm`, quantized `add`/`mul`): 2 operations per integer multiply-accumulate, 1 per
+/// elementwise result (`docs/formulas.md`). complete: `value` is the number and `known_value`
+/// equals it; partial: `value` is null and `known_value` a lower bound; unavailable: both null.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IntegerOps {
+    pub status: Status,
+    pub value: Option<u64>,
+    pub known_value: Option<u64>,
+    #[schemars(extend("const" = "integer_ops"))]
+    pub unit: String,
+    /// Operator packet -> integer operations of its calls (their calls are in `operator_calls`).
+    #[schemars(extend("propertyNames" = {"pattern": PACKET_PATTERN}))]
+    pub by_operator: BTreeMap<String, u64>,
+}
+
+impl IntegerOps {
+    pub const UNIT: &'static str = "integer_ops";
+
+    pub fn new(known: u64, incomplete: bool, overflowed: bool, by_operator: BTreeMap<String, u64>) -> Self {
+        let (status, value, known_value) = if overflowed {
+            (Status::Unavailable, None, None)
+        } else if incomplete {
+            (Status::Partial, None, Some(known))
+        } else {
+            (Status::Complete, Some(known), Some(known))
+        };
+        IntegerOps { status, value, known_value, unit: Self::UNIT.to_string(), by_operator }
+    }
 }
 
 fn ignore_reasons(_: &mut SchemaGenerator) -> Schema {
@@ -116,7 +152,7 @@ fn ignore_reasons(_: &mut SchemaGenerator) -> Schema {
 }
 
 fn by_category(_: &mut SchemaGenerator) -> Schema {
-    let names: Vec<&str> = Category::ALL.iter().map(|c| c.name()).collect();
+    let names: Vec<&str> = Category::ALL.iter().filter(|c| c.is_flops()).map(|c| c.name()).collect();
     json_schema!({
         "type": "object",
         "propertyNames": {"enum": names},

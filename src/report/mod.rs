@@ -18,7 +18,7 @@ pub use analysis::{
     LayerMetrics, MappingItem, MappingKey, Parameters, Totals, ValueMeta,
 };
 pub use diff::{ComparedMetric, LayerChanges, LayerDiff, LayerSnapshot, MetricDiff, ReportDiff};
-pub use flop::{packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, Severity};
+pub use flop::{packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, IntegerOps, Severity};
 pub use metric::{Metric, MetricResult, Number, Status, Unit, METHOD_NATIVE, UNIT_FLOPS};
 pub use ordered::OrderedMap;
 

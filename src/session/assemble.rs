@@ -7,8 +7,8 @@ use super::{Category, Class, Counter, Phase, Session, Signature, COMPILED_GRAPH_
 use crate::args::{index_stream, Args};
 use crate::formulas::{self, FormulaError};
 use crate::report::{
-    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, MetricResult, Severity, Status, METHOD_NATIVE,
-    SCHEMA_VERSION, TORCHSCAN_VERSION,
+    packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, IntegerOps, MetricResult, Severity, Status,
+    METHOD_NATIVE, SCHEMA_VERSION, TORCHSCAN_VERSION,
 };
 use crate::scopes::CALL_PREFIX;
 
@@ -105,6 +105,10 @@ impl Session {
             by_phase: self.by_phase(),
             ignored_operators: operators.ignored_operators,
             diagnostics: operators.diagnostics,
+            integer_ops: operators.integer_ran.then(|| {
+                let i = &self.integer;
+                IntegerOps::new(i.flops, i.incomplete, i.overflowed, operators.integer_by_operator)
+            }),
         }
     }
 
@@ -140,21 +144,25 @@ impl Session {
         let mut out = Operators::default();
         for (name, m) in self.merged_ops() {
             let packet = packet_name(name);
+            let integer = matches!(m.class, Class::Formula(i) if !formulas::FORMULAS[i].category.is_flops());
+            out.integer_ran |= integer && (m.calls > 0 || m.overflowed);
+            // An integer kernel's diagnostics are about integer_ops, not FLOPs.
+            let about = |d: Diagnostic| if integer { Diagnostic { metric: IntegerOps::UNIT.into(), ..d } } else { d };
             match m.class {
                 Class::Formula(i) if m.calls > 0 && !m.overflowed => {
                     if m.calls > m.errors {
                         out.count(&packet, m.flops, m.calls - m.errors, formulas::FORMULAS[i].category);
                     }
                     if let Some(error) = m.first_error {
-                        out.diagnostics.push(op_diagnostic(
+                        out.diagnostics.push(about(op_diagnostic(
                             "formula_error",
                             Severity::Error,
                             &packet,
                             format!("{packet}: {} call(s) could not be counted: {}", m.errors, error.describe()),
-                        ));
+                        )));
                     }
                 }
-                Class::Formula(_) if m.overflowed => out.diagnostics.push(overflow_diagnostic(&packet)),
+                Class::Formula(_) if m.overflowed => out.diagnostics.push(about(overflow_diagnostic(&packet))),
                 Class::Custom if m.calls > 0 => {
                     let failed = custom_errors.get(&self.op_by_name[name]);
                     if let Some((n, exception)) = failed {
@@ -278,10 +286,18 @@ struct Operators {
     counted_categories: [bool; Category::ALL.len()],
     ignored_operators: BTreeMap<String, IgnoredCount>,
     diagnostics: Vec<Diagnostic>,
+    /// Integer kernels: their operations by operator, and whether any ran.
+    integer_by_operator: BTreeMap<String, u64>,
+    integer_ran: bool,
 }
 
 impl Operators {
     fn count(&mut self, packet: &str, flops: u64, calls: u64, category: Category) {
+        if !category.is_flops() {
+            self.integer_by_operator.insert(packet.to_string(), flops);
+            self.operator_calls.insert(packet.to_string(), calls);
+            return;
+        }
         self.by_operator.insert(packet.to_string(), flops);
         self.operator_calls.insert(packet.to_string(), calls);
         self.counted_categories[category as usize] = true;

@@ -261,6 +261,9 @@ pub struct Session {
     cache: HashMap<usize, usize, BuildHasherDefault<AddressHasher>>,
     total: Counter,
     phases: [Counter; 2],
+    /// Integer operations of quantized kernels (category `Integer`): not FLOPs, so in no FLOP
+    /// total, phase, category or module count.
+    integer: Counter,
     backward_seen: bool,
     /// Operator events the core failed to handle (a panic, caught): the total is a lower bound.
     internal_errors: u64,
@@ -292,6 +295,7 @@ impl Session {
             cache: HashMap::default(),
             total: Counter::default(),
             phases: [Counter::default(), Counter::default()],
+            integer: Counter::default(),
             backward_seen: false,
             internal_errors: 0,
             categories: [0; Category::ALL.len()],
@@ -475,6 +479,10 @@ impl Session {
             return;
         }
         stats.flops = stats.flops.saturating_sub(flops);
+        if receipt.category == Category::Integer as u8 {
+            self.integer.flops = self.integer.flops.saturating_sub(flops);
+            return;
+        }
         if let Some(slot) = self.categories.get_mut(receipt.category as usize) {
             if *slot != u64::MAX {
                 *slot = slot.saturating_sub(flops);
@@ -494,6 +502,11 @@ impl Session {
         match self.ops[op].class {
             _ if interposed => Decision::DESCEND,
             Class::Transparent => Decision::DESCEND,
+            Class::Formula(index) if !formulas::FORMULAS[index].category.is_flops() => {
+                *self.unfollowed.entry(op).or_insert(0) += 1;
+                self.integer.incomplete = true;
+                Decision::SKIP
+            }
             Class::Formula(_) | Class::Custom | Class::Uncounted => {
                 *self.unfollowed.entry(op).or_insert(0) += 1;
                 self.total.incomplete = true;
@@ -522,7 +535,12 @@ impl Session {
                 let stats = &mut self.ops[op];
                 stats.formula_errors += 1;
                 stats.first_error.get_or_insert(error);
-                self.mark_incomplete(scope, phase);
+                match stats.class {
+                    Class::Formula(index) if !formulas::FORMULAS[index].category.is_flops() => {
+                        self.integer.incomplete = true;
+                    }
+                    _ => self.mark_incomplete(scope, phase),
+                }
             }
             Outcome::Custom(inputs) => {
                 let mut outputs = Vec::new();
@@ -602,6 +620,10 @@ impl Session {
             Some(v) => stats.flops = v,
             None => stats.overflowed = true,
         }
+        if !category.is_flops() {
+            self.integer.add(flops);
+            return;
+        }
         let slot = &mut self.categories[category as usize];
         *slot = slot.checked_add(flops).unwrap_or(u64::MAX);
         self.total.add(flops);
@@ -613,6 +635,10 @@ impl Session {
     /// operator, its category, the phase, the scopes, the total) is unavailable, never wrapped.
     fn overflow(&mut self, op: usize, category: Category, scope: u32, phase: Phase) {
         self.ops[op].overflowed = true;
+        if !category.is_flops() {
+            self.integer.overflowed = true;
+            return;
+        }
         self.categories[category as usize] = u64::MAX;
         self.total.overflowed = true;
         self.phases[phase as usize].overflowed = true;
@@ -764,6 +790,61 @@ mod tests {
         assert_eq!(r.ignored_operators["aten.t"].reason, "view");
         assert!(r.diagnostics.is_empty());
         assert_eq!(r.by_category["matmul"], 120);
+    }
+
+    #[test]
+    fn integer_kernels_are_counted_apart_from_flops() {
+        let mut s = Session::new(Config::default());
+        let int_mm = |a: &mut Vec<i64>| {
+            tensor(a, &[8, 16]);
+            tensor(a, &[16, 4]);
+        };
+        // _int_mm(8x16, 16x4): 512 multiply-accumulates = 1,024 integer operations; beside a
+        // floating-point mm of 120 FLOPs.
+        let calls = vec![op("aten::_int_mm", true, int_mm, vec![]), op("aten::mm", true, mm_args, vec![])];
+        run(&mut s, &calls, Phase::Forward);
+        // A call that raises is taken back from the integer count as from FLOPs.
+        let start = forward_call("aten::_int_mm");
+        let raised = op("aten::_int_mm", true, int_mm, vec![]);
+        let start = OpCall { key: calls[0].name.unwrap().as_ptr() as usize, ..start };
+        finish(&mut s, start, &raised, false);
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(120, "workload"));
+        assert_eq!(r.by_phase["forward"], MetricResult::complete(120, "phase"));
+        assert_eq!(r.by_category, BTreeMap::from([("matmul".to_string(), 120)]));
+        assert_eq!(r.by_operator, BTreeMap::from([("aten.mm".to_string(), 120)]));
+        assert_eq!(r.operator_calls["aten._int_mm"], 1);
+        let integer = r.integer_ops.expect("an integer kernel ran");
+        assert_eq!(
+            (integer.status, integer.value, integer.unit.as_str()),
+            (Status::Complete, Some(1024), "integer_ops")
+        );
+        assert_eq!(integer.by_operator, BTreeMap::from([("aten._int_mm".to_string(), 1024)]));
+        assert!(r.diagnostics.is_empty());
+    }
+
+    #[test]
+    fn an_integer_kernel_that_cannot_be_priced_leaves_the_flops_complete() {
+        let mut s = Session::new(Config::default());
+        let calls =
+            vec![op("aten::_int_mm", true, |a| tensor(a, &[8, 16]), vec![]), op("aten::mm", true, mm_args, vec![])];
+        run(&mut s, &calls, Phase::Forward);
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(120, "workload"));
+        let integer = r.integer_ops.expect("an integer kernel ran");
+        assert_eq!((integer.status, integer.known_value), (Status::Partial, Some(0)));
+        assert_eq!(r.diagnostics.len(), 1);
+        assert_eq!(
+            (r.diagnostics[0].code.as_str(), r.diagnostics[0].metric.as_str()),
+            ("formula_error", "integer_ops")
+        );
+    }
+
+    #[test]
+    fn a_report_without_integer_kernels_has_no_integer_ops() {
+        let mut s = Session::new(Config::default());
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        assert!(report(s).integer_ops.is_none());
     }
 
     #[test]
@@ -1242,15 +1323,5 @@ mod tests {
         let backward = OpCall { key: "aten::mm".as_ptr() as usize, phase: Phase::Backward, ..start };
         finish(&mut s, backward, &mm, true);
         assert_eq!(report(s).by_module["Net"], 120);
-    }
-
-    #[test]
-    fn integer_kernels_are_deliberately_uncounted_with_their_reason() {
-        let mut s = Session::new(Config::default());
-        run(&mut s, &[op("quantized::linear", true, |_| {}, vec![])], Phase::Forward);
-        let r = report(s);
-        assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(0)));
-        assert_eq!(r.diagnostics[0].code, "deliberately_uncounted");
-        assert!(r.diagnostics[0].message.starts_with("quantized.linear ran 1 time(s): integer multiply-accumulates"));
     }
 }

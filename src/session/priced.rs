@@ -37,6 +37,7 @@ pub struct PricedGraph {
     ops: Vec<OpStats>,
     categories: [u64; Category::ALL.len()],
     total: Counter,
+    integer: Counter,
     scopes: Vec<PricedScope>,
 }
 
@@ -78,7 +79,8 @@ impl Session {
             incomplete: self.total.incomplete || self.internal_errors > 0,
             overflowed: self.total.overflowed,
         };
-        PricedGraph { ops, categories: self.categories, total, scopes }
+        let integer = Counter { incomplete: self.integer.incomplete || self.internal_errors > 0, ..self.integer };
+        PricedGraph { ops, categories: self.categories, total, integer, scopes }
     }
 
     /// One completed run of `graph` (id `id`), in `phase`, attributed below `base`.
@@ -110,6 +112,9 @@ impl Session {
         for (slot, &flops) in self.categories.iter_mut().zip(graph.categories.iter()) {
             *slot = slot.checked_add(flops).unwrap_or(u64::MAX);
         }
+        self.integer.add(graph.integer.flops);
+        self.integer.incomplete |= graph.integer.incomplete;
+        self.integer.overflowed |= graph.integer.overflowed;
         for counter in [&mut self.total, &mut self.phases[phase as usize]] {
             counter.add(graph.total.flops);
             counter.incomplete |= graph.total.incomplete;
