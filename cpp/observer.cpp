@@ -91,9 +91,14 @@ bool push_tensor_record(const at::Tensor& t, Buffer& out) {
   }
   if (t.is_nested()) return false;
   auto sizes = t.sizes();
-  out.push_back(static_cast<int64_t>(t.scalar_type()));
-  out.push_back(static_cast<int64_t>(sizes.size()));
-  for (auto s : sizes) out.push_back(s);
+  // One resize (within the reused buffer's capacity) and plain stores: the hot path's
+  // commonest record, where a push_back per value costs a capacity check and a call each.
+  std::size_t at = out.size();
+  out.resize(at + 2 + sizes.size());
+  int64_t* record = out.data() + at;
+  record[0] = static_cast<int64_t>(t.scalar_type());
+  record[1] = static_cast<int64_t>(sizes.size());
+  std::copy(sizes.begin(), sizes.end(), record + 2);
   return true;
 }
 
