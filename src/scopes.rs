@@ -79,7 +79,9 @@ impl ScopeTree {
     /// Remembers that the forward call with autograd `sequence` ran in `node`. Sequence numbers
     /// grow with each autograd node a thread creates, so this is an append in the steady state.
     /// Calls that create no node see the number the next node will take: of several calls with
-    /// one number, the last creates the node (the number moves on after it), so it wins.
+    /// one number, the last creates the node (the number moves on after it), so it wins. Only
+    /// changes of node are kept (the root included): a number between two entries belongs to
+    /// the earlier one (see [`Self::scope_of_sequence`]).
     pub fn remember_sequence(&mut self, sequence: i64, node: u32) {
         if sequence < 0 {
             return;
@@ -88,24 +90,32 @@ impl ScopeTree {
             last.1 = node;
             return;
         }
-        if node == ROOT {
-            return;
-        }
         match self.sequences.last() {
             Some(&(last, _)) if last > sequence => {
                 if let Err(at) = self.sequences.binary_search_by_key(&sequence, |&(s, _)| s) {
                     self.sequences.insert(at, (sequence, node));
                 }
             }
+            // The node in force already (the root, before any entry).
+            Some(&(_, current)) if current == node => {}
+            None if node == ROOT => {}
             _ => self.sequences.push((sequence, node)),
         }
     }
 
-    /// The node whose forward call created the autograd node `sequence`; the root if none.
+    /// The node whose forward ran when the autograd node `sequence` was created: the last entry
+    /// at or before it. Nodes that no operator call announces (a custom `Function`'s
+    /// `CopySlices` and view nodes around an in-place operation on a view, the engine's
+    /// accumulation between them) were created amid the calls of the module that made them.
+    /// The root for none (a negative number: no node, or `AccumulateGrad`).
     pub fn scope_of_sequence(&self, sequence: i64) -> u32 {
+        if sequence < 0 {
+            return ROOT;
+        }
         match self.sequences.binary_search_by_key(&sequence, |&(s, _)| s) {
             Ok(at) => self.sequences[at].1,
-            Err(_) => ROOT,
+            Err(0) => ROOT,
+            Err(at) => self.sequences[at - 1].1,
         }
     }
 
@@ -293,6 +303,22 @@ mod tests {
         t.remember_sequence(8, ScopeTree::ROOT); // node 8 is created outside every module
         assert_eq!(t.scope_of_sequence(7), conv);
         assert_eq!(t.scope_of_sequence(8), ScopeTree::ROOT);
+    }
+
+    #[test]
+    fn a_node_no_call_announced_belongs_to_the_calls_around_it() {
+        let mut t = ScopeTree::new();
+        t.remember_sequence(3, ScopeTree::ROOT); // before any module: nothing to keep
+        t.push("Net");
+        let net = t.current();
+        t.remember_sequence(5, net);
+        t.remember_sequence(6, net); // the same node in force: not kept again
+        t.pop();
+        t.remember_sequence(9, ScopeTree::ROOT);
+        // Nodes 5-8 (7: a CopySlices made by an in-place call on a view in Net) are Net's; from
+        // 9 on the root's; before 5 and negative numbers the root's.
+        assert_eq!([4, 5, 7, 8, 9, 40, -1].map(|n| t.scope_of_sequence(n)), [0, net, net, net, 0, 0, 0]);
+        assert_eq!(t.sequences, vec![(5, net), (9, ScopeTree::ROOT)]);
     }
 
     #[test]

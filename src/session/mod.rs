@@ -1064,14 +1064,18 @@ mod tests {
         s.scopes_mut().pop();
         call(&mut s, Phase::Forward, 9);
         s.scopes_mut().pop();
-        // Backward runs outside every module call: nodes 7 and 9 find their modules again.
+        // Backward runs outside every module call: nodes 7 and 9 find their modules again; node 8,
+        // which no call announced (made after node 7, before Net's call with 9), is Net.fc's;
+        // node 3, made before any module call, and -1 (no node) are the root's.
         call(&mut s, Phase::Backward, 9);
         call(&mut s, Phase::Backward, 7);
         call(&mut s, Phase::Backward, 8);
+        call(&mut s, Phase::Backward, 3);
+        call(&mut s, Phase::Backward, -1);
         let r = report(s);
-        assert_eq!(r.by_module["Net.fc"], 240);
-        assert_eq!(r.by_module["Net"], 480);
-        assert_eq!(r.total.value, Some(600));
+        assert_eq!(r.by_module["Net.fc"], 360);
+        assert_eq!(r.by_module["Net"], 600);
+        assert_eq!(r.total.value, Some(840));
     }
 
     #[test]
