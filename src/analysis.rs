@@ -81,6 +81,10 @@ struct ParameterTotals {
     parameter_bytes: Option<u64>,
     buffer_elements: Option<u64>,
     buffer_bytes: Option<u64>,
+    /// null also when a tensor is still uninitialized after the forward (a lazy module that did
+    /// not run, an `UninitializedParameter` its forward never materialized): the size is unknown.
+    #[serde(default)]
+    uninitialized: bool,
 }
 
 /// `[path, name, depth, type, leaf, attention, descriptor]` of one module.
@@ -418,11 +422,23 @@ fn totals(
     let mut model = |name: &str, v: Option<u64>, unit: Unit| match v {
         Some(v) => Metric::complete(Number::Int(v), unit, "model", "pytorch"),
         None => {
+            let (code, message) = if p.uninitialized {
+                (
+                    "uninitialized_parameters",
+                    format!(
+                        "the model holds parameters or buffers still uninitialized after the forward (a lazy \
+                         module that did not run, an UninitializedParameter the forward never materialized): \
+                         their sizes are unknown, so the model's {name} are unavailable"
+                    ),
+                )
+            } else {
+                ("count_overflow", format!("the model's {name} reach 2^64 or more; the total is unavailable"))
+            };
             diagnostics.push(Diagnostic {
-                code: "count_overflow".into(),
+                code: code.into(),
                 severity: Severity::Error,
                 metric: name.into(),
-                message: format!("the model's {name} reach 2^64 or more; the total is unavailable"),
+                message,
                 path: None,
                 operator: None,
             });

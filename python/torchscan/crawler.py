@@ -17,6 +17,7 @@ from typing import Any, Literal, cast
 
 import torch
 from torch import nn
+from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 from . import _labels
 from ._guards import Guard, hold, restore_flags
@@ -315,7 +316,18 @@ def _count(value: int) -> int | None:
     return value if value < 2**64 else None
 
 
-def _parameter_totals(params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, int | None]:
+def _parameter_totals(params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, int | bool | None]:
+    # Collected before the forward, which materializes a lazy module's tensors in place; one that
+    # is still uninitialized has no size to count.
+    lazy_params = any(isinstance(p, _UNINITIALIZED) for p in params)
+    lazy_buffers = any(isinstance(b, _UNINITIALIZED) for b in buffers)
+    if lazy_params or lazy_buffers:
+        unknown = {"trainable", "frozen", "parameter_bytes"} if lazy_params else set()
+        unknown |= {"buffer_elements", "buffer_bytes"} if lazy_buffers else set()
+        known = _parameter_totals([] if lazy_params else params, [] if lazy_buffers else buffers)
+        totals: dict[str, int | bool | None] = {key: None if key in unknown else value for key, value in known.items()}
+        totals["uninitialized"] = True
+        return totals
     return {
         "trainable": _count(sum(p.numel() for p in params if p.requires_grad)),
         "frozen": _count(sum(p.numel() for p in params if not p.requires_grad)),
@@ -364,6 +376,19 @@ def _ordered_inputs(module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[st
 # formula descriptor) is sent once per module: the core expands both into the report.
 # Parameters: [trainable, frozen, bytes, shared]; buffers: [elements, bytes, shared].
 _NO_PARAMETERS = (0, 0, 0, False)
+# The tensors of a lazy module before its first forward.
+_UNINITIALIZED = (UninitializedParameter, UninitializedBuffer)
+# A lazy module's counts, until its forward returns; and those of tensors still uninitialized
+# after it (unavailable, as a count past 2^64 is).
+_LAZY: Any = object()
+_UNKNOWN_PARAMETERS = (None, None, None, False)
+_UNKNOWN_BUFFERS = (None, None, False)
+
+
+class _Lazy(Exception):
+    """An uninitialized parameter or buffer among a call's tensors."""
+
+
 _NO_BUFFERS = (0, 0, False)
 _PENDING = {"kind": "pending"}
 
@@ -441,14 +466,20 @@ class _Recorder:
         trainable = frozen = nbytes = 0
         shared = False
         seen = self._seen
+        added: list[int] = []
         for tensor in tensors:
             if tensor is None:
                 continue
+            if isinstance(tensor, _UNINITIALIZED):
+                # A lazy module before its first forward: counted after the call (see pre).
+                seen.difference_update(added)
+                raise _Lazy
             key = id(tensor)
             if key in seen:
                 shared = True
                 continue
             seen.add(key)
+            added.append(key)
             count = tensor.numel()
             nbytes += count * tensor.element_size()
             if tensor.requires_grad:
@@ -458,6 +489,15 @@ class _Recorder:
         if nbytes >= 2**64:  # rare: a meta tensor of 2^64 bytes or more
             return _count(trainable), _count(frozen), None, shared
         return trainable, frozen, nbytes, shared
+
+    def _own_tensors(self, module: nn.Module, attention: bool) -> tuple[Any, Any]:
+        """(parameters, buffers) of a call: the module's own tensors (an attention module's with
+        its children's), those already counted for an earlier call as shared."""
+        if attention:
+            return self._account(module.parameters()), self._buffers(module.buffers())
+        parameters = self._account(module._parameters.values()) if module._parameters else _NO_PARAMETERS
+        buffers = self._buffers(module._buffers.values()) if module._buffers else _NO_BUFFERS
+        return parameters, buffers
 
     def _buffers(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int | None, int | None, bool]:
         """(elements, bytes, shared) of the buffers not counted for an earlier call."""
@@ -482,11 +522,12 @@ class _Recorder:
         index = len(self.layers)
         call_index = target.calls
         target.calls = call_index + 1
-        if target.attention:
-            parameters, buffers = self._account(module.parameters()), self._buffers(module.buffers())
-        else:
-            parameters = self._account(module._parameters.values()) if module._parameters else _NO_PARAMETERS
-            buffers = self._buffers(module._buffers.values()) if module._buffers else _NO_BUFFERS
+        try:
+            parameters, buffers = self._own_tensors(module, target.attention)
+        except _Lazy:
+            # Uninitialized parameters (nn.LazyLinear, an UninitializedParameter): the forward
+            # about to run materializes them; they are counted when it returns (post).
+            parameters, buffers = _LAZY, _LAZY
         # Inputs are described by the forward hook, which sees what forward was given (after
         # every pre-hook, keyword arguments included).
         self.layers.append([target.index, call_index, None, _PENDING, parameters, buffers, None])
@@ -508,6 +549,12 @@ class _Recorder:
         if self._handle is not None:
             _exit(self._handle)
         record = self.layers[index]
+        if record[4] is _LAZY:
+            try:
+                record[4], record[5] = self._own_tensors(module, target.attention)
+            except _Lazy:
+                # Still uninitialized after its forward: no count to give.
+                record[4], record[5] = _UNKNOWN_PARAMETERS, _UNKNOWN_BUFFERS
         record[2] = self._describe_input(args, kwargs)
         record[3] = out = describe_value(output)
         if type(output) is torch.Tensor:

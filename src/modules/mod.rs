@@ -47,6 +47,7 @@ pub enum Module {
     GroupNorm(norm::GroupNorm),
     Movement(activation::Movement),
     Softmax(activation::Softmax),
+    Interpolate(activation::Interpolate),
     Embedding(embedding::Embedding),
     RotaryEmbedding(embedding::Rotary),
     Recurrent(recurrent::Recurrent),
@@ -189,7 +190,8 @@ impl Call {
             RmsNorm(m) => m.flops(shapes()?.0),
             GroupNorm(m) => m.flops(shapes()?.0),
             Movement(_) => Ok(0),
-            Softmax(_) => numel(shapes()?.0)?.checked_mul(5).ok_or_else(overflow),
+            Softmax(m) => m.flops(shapes()?.0),
+            Interpolate(m) => m.flops(shapes()?.1),
             Embedding(m) => m.flops(),
             RotaryEmbedding(m) => m.flops(numel(shapes()?.1)?),
             Recurrent(m) => m.flops(shapes()?.0),
@@ -206,6 +208,7 @@ impl Call {
         let shapes = || self.shapes();
         match &self.module {
             Identity | Flatten | Activation(_) | Dropout(_) | RotaryEmbedding(_) | Movement(_) | Softmax(_) => Ok(0),
+            Interpolate(m) => m.flops(shapes()?.1),
             GroupNorm(m) => m.macs(shapes()?.0),
             Embedding(m) => m.flops(),
             RmsNorm(m) => m.macs(shapes()?.0),
@@ -242,7 +245,7 @@ impl Call {
             LayerNorm(m) => m.dmas(sizes()?.0),
             RmsNorm(m) => m.dmas(sizes()?.0),
             GroupNorm(m) => m.dmas(sizes()?.0),
-            Movement(_) | Softmax(_) => sizes().and_then(|(_, _, n_in, n_out)| sum(&[n_in, n_out])),
+            Movement(_) | Softmax(_) | Interpolate(_) => sizes().and_then(|(_, _, n_in, n_out)| sum(&[n_in, n_out])),
             Embedding(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
             RotaryEmbedding(m) => m.dmas(sizes()?.3),
             Recurrent(m) => sizes().and_then(|(_, _, n_in, n_out)| m.dmas(n_in, n_out)),
@@ -275,6 +278,7 @@ impl Call {
             Recurrent(_) => Err(Failure::NotApplicable("each step depends on every earlier step".into())),
             GroupNorm(_) => Err(Failure::NotApplicable("it normalizes across positions".into())),
             Softmax(_) => Err(Failure::NotApplicable("it normalizes across its dimension".into())),
+            Interpolate(_) => Err(Failure::NotApplicable("it resamples positions".into())),
             Movement(m) => match m.padding {
                 Some(p) => Ok([RfNumber::Float(1.0), RfNumber::Float(1.0), RfNumber::Float(p as f64)]),
                 None => Err(Failure::NotApplicable("it moves positions".into())),

@@ -316,3 +316,38 @@ def test_module_calls_from_other_threads_are_not_recorded():
     flops = report["totals"]["operator_flops"]
     assert (flops["status"], flops["known_value"]) == ("partial", 2 * 2 * 4 * 4)
     assert any(d["code"] == "unfollowed_threads" for d in report["diagnostics"])
+
+
+def test_lazy_modules_are_counted_as_their_forward_leaves_them():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyConv2d(4, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(5))
+    report = crawl_module(model, (2, 6, 6))
+    assert all(metric["status"] == "complete" for metric in report["totals"].values()), report["diagnostics"]
+    by_path = {layer["path"]: layer for layer in report["layers"]}
+    # Conv 2 -> 4, 3x3: 4 x 2 x 9 + 4 = 76; Linear 4 x 4 x 4 = 64 -> 5: 320 + 5 = 325.
+    assert by_path["0"]["parameters"]["trainable"] == 76
+    assert by_path["3"]["parameters"]["trainable"] == 325
+    assert report["totals"]["parameters"]["value"] == 76 + 325
+    # The forward materialized them, as any forward does (the documented choice): plain layers now.
+    assert type(model[0]) is nn.Conv2d and type(model[3]) is nn.Linear
+    assert summary(nn.Sequential(nn.LazyLinear(3)), (4,))["totals"]["parameters"]["value"] == 15
+
+
+def test_a_parameter_left_uninitialized_is_unavailable_not_a_crash():
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.unused = nn.parameter.UninitializedParameter()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    report = crawl_module(Holder(), args=(torch.randn(2, 3),))
+    assert report["totals"]["parameters"]["status"] == "unavailable"
+    assert {d["code"] for d in report["diagnostics"]} == {"uninitialized_parameters"}
+    # The layer that holds it has no count; the others are counted.
+    assert report["layers"][0]["parameters"]["trainable"] is None
+    assert report["layers"][1]["parameters"]["trainable"] == 12
+    # Nothing left behind.
+    assert not torch.nn.modules.module._global_forward_pre_hooks

@@ -106,3 +106,64 @@ def test_normalization_movement_and_softmax_module_formulas():
     assert flops["Upsample"] == flops["PixelShuffle"] == flops["ZeroPad2d"] == flops["Unflatten"] == 0
     rf = {layer["type"]: layer["metrics"]["receptive_field"] for layer in report["layers"][1:]}
     assert rf["ZeroPad2d"]["status"] == "complete" and rf["Upsample"]["method"] == "not_applicable"
+
+
+def test_classic_mnist_cnn_with_channel_dropout_is_complete():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3),
+        torch.nn.ReLU(),
+        torch.nn.Dropout2d(0.25),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 26 * 26, 10),
+        torch.nn.LogSoftmax(1),
+    )
+    report = torchscan.crawl_module(model, (1, 28, 28), strict=True)
+    assert all(metric["status"] == "complete" for metric in report["totals"].values()), report["diagnostics"]
+    dropout = report["layers"][3]
+    assert dropout["type"] == "Dropout2d"
+    # crawl_module runs the model in evaluation: dropout does nothing.
+    assert dropout["metrics"]["module_flops"]["value"] == 0
+
+
+@pytest.mark.parametrize(
+    ("module", "flops"),
+    [
+        # [1, 4, 6, 6]: 144 elements; Softmin negates, then 5 per element.
+        (torch.nn.Softmin(1), 6 * 144),
+        # Bilinear: 4 taps per element of the [1, 4, 12, 12] output; bicubic 16; nearest-exact moves.
+        (torch.nn.Upsample(scale_factor=2, mode="bilinear"), 4 * 576),
+        (torch.nn.Upsample(scale_factor=2, mode="bicubic"), 16 * 576),
+        (torch.nn.Upsample(scale_factor=2, mode="nearest-exact"), 0),
+        (torch.nn.AlphaDropout(), 0),
+        (torch.nn.FeatureAlphaDropout(), 0),
+    ],
+)
+def test_more_module_formulas_agree_with_the_operators_they_run(module, flops):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), module)
+    report = torchscan.crawl_module(model, (3, 8, 8), strict=True)
+    layer = report["layers"][2]
+    assert layer["metrics"]["module_flops"] == {
+        **layer["metrics"]["module_flops"],
+        "status": "complete",
+        "value": flops,
+    }
+    # The module formula and the operators dispatched inside the call count the same.
+    assert layer["metrics"]["operator_flops"]["value"] == flops
+
+
+def test_prelu_follows_the_activation_convention():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.PReLU(4))
+    metrics = torchscan.crawl_module(model, (3, 8, 8), strict=True)["layers"][2]["metrics"]
+    # As LeakyReLU, 4 per element of [1, 4, 6, 6] (the module convention); the operator counts 1.
+    assert (metrics["module_flops"]["value"], metrics["operator_flops"]["value"]) == (4 * 144, 144)
+    # DMAs: the input, the 4 slopes, the output.
+    assert metrics["dmas"]["value"] == 144 + 4 + 144
+
+
+def test_max_unpool_moves_values():
+    pool = torch.nn.MaxPool2d(2, return_indices=True)
+    values, indices = pool(torch.randn(1, 2, 4, 4))
+    report = torchscan.crawl_module(torch.nn.MaxUnpool2d(2), args=(values, indices), strict=True)
+    assert report["layers"][0]["metrics"]["module_flops"]["value"] == 0
+    assert report["totals"]["module_flops"]["status"] == "complete"

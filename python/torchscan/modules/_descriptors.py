@@ -14,9 +14,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.conv import _ConvNd, _ConvTransposeNd
+from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.modules.instancenorm import _InstanceNorm
 from torch.nn.modules.padding import _CircularPadNd, _ConstantPadNd, _ReflectionPadNd, _ReplicationPadNd
-from torch.nn.modules.pooling import _AdaptiveAvgPoolNd, _AdaptiveMaxPoolNd, _AvgPoolNd, _MaxPoolNd
+from torch.nn.modules.pooling import _AdaptiveAvgPoolNd, _AdaptiveMaxPoolNd, _AvgPoolNd, _MaxPoolNd, _MaxUnpoolNd
 
 __all__ = ["describe", "family", "first_tensor"]
 
@@ -161,6 +162,13 @@ def _group_norm(module: nn.Module, groups: int) -> dict[str, Any]:
     }
 
 
+# Channel-wise dropouts: the spatial rank their noise is constant over.
+_DROPOUT_SPATIAL: dict[type, int] = {nn.Dropout1d: 1, nn.Dropout2d: 2, nn.Dropout3d: 3}
+
+# Input values weighted per output element by `nn.Upsample`'s interpolating modes.
+_INTERPOLATION_TAPS = {"linear": 2, "bilinear": 4, "bicubic": 16, "trilinear": 8}
+
+
 def family(module: nn.Module) -> dict[str, Any]:
     if isinstance(module, nn.Identity):
         return {"family": "identity"}
@@ -179,6 +187,8 @@ def family(module: nn.Module) -> dict[str, Any]:
             return {"family": "activation", "kind": kind, "inplace": bool(getattr(module, "inplace", False))}
     if isinstance(module, nn.GELU):
         return {"family": "activation", "kind": "gelu_tanh" if module.approximate == "tanh" else "gelu"}
+    if isinstance(module, nn.PReLU):
+        return {"family": "activation", "kind": "prelu", "weights": _numel(module._parameters.get("weight")) or 0}
     if isinstance(module, _ConvTransposeNd):
         return {
             "family": "conv_transpose",
@@ -240,8 +250,18 @@ def family(module: nn.Module) -> dict[str, Any]:
             "rank": _rank(module),
             "return_indices": bool(getattr(module, "return_indices", False)),
         }
-    if isinstance(module, nn.Dropout):
-        return {"family": "dropout", "p": float(module.p), "training": module.training, "inplace": module.inplace}
+    if isinstance(module, _DropoutNd):
+        # Element-wise, or channel-wise: constant over the spatial dimensions (Dropout1d/2d/3d),
+        # or per [N, C] (FeatureAlphaDropout).
+        return {
+            "family": "dropout",
+            "p": float(module.p),
+            "training": module.training,
+            "inplace": module.inplace,
+            "spatial": _DROPOUT_SPATIAL.get(type(module), 0),
+            "leading": 2 if isinstance(module, nn.FeatureAlphaDropout) else 0,
+            "alpha": isinstance(module, (nn.AlphaDropout, nn.FeatureAlphaDropout)),
+        }
     if isinstance(module, nn.RNNBase) and module.mode in ("LSTM", "GRU", "RNN_TANH", "RNN_RELU"):
         return {
             "family": "recurrent",
@@ -267,10 +287,15 @@ def family(module: nn.Module) -> dict[str, Any]:
         return {"family": "movement", "padding": None}
     if isinstance(module, nn.Unflatten):
         return {"family": "movement", "padding": 0}
-    if isinstance(module, nn.Upsample) and module.mode == "nearest":
+    if isinstance(module, nn.Upsample) and module.mode in ("nearest", "nearest-exact"):
         return {"family": "movement", "padding": None}
-    if type(module) in (nn.Softmax, nn.LogSoftmax):
-        return {"family": "softmax"}
+    if isinstance(module, nn.Upsample) and module.mode in _INTERPOLATION_TAPS:
+        return {"family": "interpolate", "taps": _INTERPOLATION_TAPS[module.mode]}
+    if isinstance(module, _MaxUnpoolNd):
+        # Values placed at their indices in a zero-filled output: no arithmetic.
+        return {"family": "movement", "padding": None}
+    if type(module) in (nn.Softmax, nn.LogSoftmax, nn.Softmin):
+        return {"family": "softmax", "negate": type(module) is nn.Softmin}
     if type(module) is nn.Embedding:
         return {"family": "embedding", "max_norm": module.max_norm is not None}
     if type(module) is nn.RMSNorm:
