@@ -52,6 +52,7 @@ def crawl_module(
     device: torch.device | str | None = None,
     strict: bool = False,
     mode: Mode = "full",
+    training: bool = False,
 ) -> AnalysisReport:
     """Analyses one forward pass of ``module`` (eval mode, ``torch.no_grad()``).
 
@@ -61,8 +62,13 @@ def crawl_module(
     afterwards, also when the forward raises. ``mode="structure"`` records the hierarchy, calls,
     shapes, parameters and buffers only. ``strict=True`` raises IncompleteAnalysisError (carrying
     the report) when a requested total is not complete or any diagnostic exists.
+    ``training=True`` runs the forward in training mode instead (still without autograd): dropout
+    draws its masks, BatchNorm normalizes by the batch's statistics, training-only branches
+    (auxiliary heads) run, and the module formulas that depend on it follow. The buffers that
+    forward updates (BatchNorm's running statistics) and the random generators it draws from are
+    restored afterwards, so the model is left as found.
     """
-    return _crawl(module, input_shape, dtype, args, kwargs, device, strict, mode, None)[0]
+    return _crawl(module, input_shape, dtype, args, kwargs, device, strict, mode, None, training)[0]
 
 
 def _crawl(
@@ -75,12 +81,15 @@ def _crawl(
     strict: bool,
     mode: Mode,
     table: dict[str, Any] | None,
+    training: bool = False,
 ) -> tuple[AnalysisReport, str | None]:
     """crawl_module; with ``table`` (summary's options), also the table, drawn by the same native call."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {_kind(mode)}")
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be a bool, got {type(training).__name__}")
     # One walk of the module tree serves the recorder, the flags and the parameter totals.
     named = list(named_modules(module))
     params, buffers = _unique(m._parameters for *_, m in named), _unique(m._buffers for *_, m in named)
@@ -89,7 +98,7 @@ def _crawl(
     recorder = _Recorder(module, named, full=mode == "full")
     with hold(_model_lock(module)):
         return _analyse(
-            module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict, table
+            module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict, table, training
         )
 
 
@@ -105,9 +114,10 @@ def _analyse(
     buffers: list[torch.Tensor],
     strict: bool,
     table: dict[str, Any] | None,
+    training: bool,
 ) -> tuple[AnalysisReport, str | None]:
     """The forward pass and the report, with the model's flags saved and restored around it."""
-    context = _context(module, mode, params + buffers)
+    context = _context(module, mode, params + buffers, training)
     # Full mode counts the operators of the same forward in a native session, which the core
     # finishes straight into the report (no FlopReport round trip through Python).
     session = NativeSession(json.dumps({"torch_version": torch.__version__}), labels=False) if mode == "full" else None
@@ -116,8 +126,11 @@ def _analyse(
             session.start()
         # The flags and the recorder are given back by guards (torchscan/_guards.c): on leaving
         # the blocks, or, if an interrupt skips that, when this frame lets go of them.
-        with Guard(training_flags, restore_flags, [m for *_, m in named]):
-            module.eval()
+        with (
+            Guard(training_flags, restore_flags, [m for *_, m in named]),
+            Guard(_training_state, _restore_training_state, buffers if training else None),
+        ):
+            module.train(training)
             # Grad mode too: `torch.no_grad()`'s exit is Python, which an interrupt can skip.
             with (
                 recorder.attach(session.handle if session is not None else None).install(),
@@ -169,10 +182,11 @@ def summary(
     device: torch.device | str | None = None,
     strict: bool = False,
     mode: Mode = "full",
+    training: bool = False,
 ) -> AnalysisReport:
     """crawl_module, then prints the layer table; returns the same AnalysisReport."""
     request = table_request(wrap_mode, receptive_field, effective_rf_stats, max_depth, None)
-    report, table = _crawl(module, input_shape, dtype, args, kwargs, device, strict, mode, request)
+    report, table = _crawl(module, input_shape, dtype, args, kwargs, device, strict, mode, request, training)
     print(table)
     return report
 
@@ -282,14 +296,36 @@ def _version() -> str:
     return __version__
 
 
-def _context(module: nn.Module, mode: Mode, tensors: list[torch.Tensor]) -> dict[str, Any]:
+def _training_state(buffers: list[torch.Tensor] | None) -> Any:
+    """What a training-mode forward changes besides the flags: the buffers' values (BatchNorm's
+    running statistics) and the random generators (dropout's draws). None in evaluation."""
+    if buffers is None:
+        return None
+    saved = [(b, b.detach().clone()) for b in buffers if not b.is_meta]
+    cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    return saved, torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
+
+
+def _restore_training_state(state: Any) -> None:
+    if state is None:
+        return
+    saved, cpu_rng, cuda_rng = state
+    with torch.no_grad():
+        for buffer, value in saved:
+            buffer.copy_(value)
+    torch.set_rng_state(cpu_rng)
+    if cuda_rng is not None:
+        torch.cuda.set_rng_state_all(cuda_rng)
+
+
+def _context(module: nn.Module, mode: Mode, tensors: list[torch.Tensor], training: bool = False) -> dict[str, Any]:
     cls = type(module)
     context: dict[str, Any] = {
         "torchscan_version": _version(),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "model_type": f"{cls.__module__}.{cls.__qualname__}",
-        "execution_mode": "evaluation_no_grad",
+        "execution_mode": "training_no_grad" if training else "evaluation_no_grad",
         "training_before": module.training,
         "devices": sorted({str(t.device) for t in tensors}),
         "dtypes": sorted({str(t.dtype) for t in tensors}),

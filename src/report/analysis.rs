@@ -56,6 +56,10 @@ pub enum ExecutionMode {
     /// One forward pass in `eval()` mode under `torch.no_grad()`.
     #[serde(rename = "evaluation_no_grad")]
     EvaluationNoGrad,
+    /// One forward pass in `train()` mode under `torch.no_grad()` (`crawl_module(training=True)`);
+    /// the buffers it updates and the random generators are restored afterwards.
+    #[serde(rename = "training_no_grad")]
+    TrainingNoGrad,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -351,3 +351,37 @@ def test_a_parameter_left_uninitialized_is_unavailable_not_a_crash():
     assert report["layers"][1]["parameters"]["trainable"] == 12
     # Nothing left behind.
     assert not torch.nn.modules.module._global_forward_pre_hooks
+
+
+def test_training_mode_sees_auxiliary_heads_and_leaves_the_model_as_found():
+    torch.manual_seed(0)
+    model = torchvision.models.googlenet(weights=None, aux_logits=True, init_weights=False, num_classes=10).eval()
+    state = {key: value.clone() for key, value in model.state_dict().items()}
+    x = torch.randn(1, 3, 224, 224)
+    trained = crawl_module(model, args=(x,), training=True)
+    evaluated = crawl_module(model, args=(x,))
+    assert trained["context"]["execution_mode"] == "training_no_grad"
+    assert evaluated["context"]["execution_mode"] == "evaluation_no_grad"
+    # The auxiliary classifiers run in training only.
+    assert "aux1.fc1" in {layer["path"] for layer in trained["layers"]}
+    assert "aux1" not in {layer["path"] for layer in evaluated["layers"]}
+    assert all(trained["totals"][k]["status"] == "complete" for k in ("module_flops", "operator_flops", "macs"))
+    assert trained["totals"]["operator_flops"]["value"] > evaluated["totals"]["operator_flops"]["value"]
+    # BatchNorm's running statistics (and its batch counter) are as they were, and so is the flag.
+    assert all(torch.equal(value, model.state_dict()[key]) for key, value in state.items())
+    assert model.training is False
+
+
+def test_training_mode_dropout_and_batch_norm_follow_and_random_state_is_restored():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Dropout2d(0.5)).train()
+    x = torch.randn(2, 3, 6, 6)
+    generator = torch.get_rng_state()
+    report = crawl_module(model, args=(x,), training=True)
+    assert torch.equal(torch.get_rng_state(), generator)
+    assert model.training is True and torch.equal(model[1].running_mean, torch.zeros(4))
+    dropout = report["layers"][3]["metrics"]
+    # [2, 4, 4, 4]: 8 channel noises rescaled, 128 elements multiplied (what ATen runs).
+    assert dropout["module_flops"]["value"] == dropout["operator_flops"]["value"] == 8 + 128
+    with pytest.raises(TypeError, match="training must be a bool"):
+        crawl_module(model, args=(x,), training="yes")
