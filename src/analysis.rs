@@ -34,6 +34,10 @@ struct Document {
     /// `summary`'s table, drawn from the report in the same call (no second trip through JSON).
     #[serde(default)]
     table: Option<TableRequest>,
+    /// The paths of the outermost TorchScript modules with submodules (module hooks do not run
+    /// inside TorchScript: their submodules' calls are not seen).
+    #[serde(default)]
+    scripted: Vec<String>,
 }
 
 /// The table `summary` prints: `format_info`'s options and `aggregate_info`'s depth.
@@ -299,6 +303,28 @@ fn per_call(report: &mut FlopReport, layers: usize) -> Vec<Option<MetricResult>>
     by_index
 }
 
+/// A TorchScript module's submodules run inside the TorchScript interpreter, where module hooks
+/// do not: their calls, shapes and module formulas are not seen (the operators they run are).
+fn scripted_diagnostics(path: &str) -> Vec<Diagnostic> {
+    let shown = if path.is_empty() { "the root module" } else { path };
+    ["module_flops", "macs", "dmas"]
+        .into_iter()
+        .map(|metric| {
+            diagnostic(
+                "scripted_module",
+                metric,
+                path,
+                format!(
+                    "{shown} is a TorchScript module: module hooks do not run inside TorchScript, so its \
+                     submodules' calls and their {metric} are not seen (its parameters and buffers, and the \
+                     operator FLOPs of what it runs, are counted); analyse the module before \
+                     torch.jit.script for per-layer figures"
+                ),
+            )
+        })
+        .collect()
+}
+
 /// The report, and the names of its incomplete metrics. `flops` is the FlopReport of the same
 /// forward (from the session), `None` in structure mode.
 pub fn assemble(document: &str, flops: Option<FlopReport>) -> Result<(AnalysisReport, Vec<String>)> {
@@ -323,8 +349,12 @@ fn assemble_document(doc: Document, flops: Option<FlopReport>) -> Result<(Analys
         let own = if full { Some(by_call[index].take()) } else { None };
         layers.push(layer_record(index, layer, &doc.modules, own, &mut diagnostics)?);
     }
+    if full {
+        diagnostics.extend(doc.scripted.iter().flat_map(|path| scripted_diagnostics(path)));
+    }
     diagnostics.extend(operator_flops.diagnostics.iter().cloned());
-    let totals = totals(&doc.parameter_totals, &layers, full, &operator_flops, &mut diagnostics);
+    let hidden = !doc.scripted.is_empty();
+    let totals = totals(&doc.parameter_totals, &layers, full, hidden, &operator_flops, &mut diagnostics);
 
     let mut incomplete: BTreeSet<String> = totals
         .iter()
@@ -412,10 +442,13 @@ fn layer_record(
 
 /// The report's totals: the model's parameters and buffers, the module formulas summed over the
 /// layers (full mode), and the operator FLOPs of the forward.
+/// `hidden`: some calls were not seen (TorchScript submodules): the module-formula totals are at
+/// most partial.
 fn totals(
     p: &ParameterTotals,
     layers: &[Layer],
     full: bool,
+    hidden: bool,
     operator_flops: &FlopReport,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Totals {
@@ -446,10 +479,15 @@ fn totals(
         }
     };
     let formula = |pick: fn(&LayerMetrics) -> Option<&Metric>, unit: Unit| {
-        if full {
-            aggregate(layers, pick, unit)
-        } else {
-            Metric::unavailable(unit, "forward", NOT_REQUESTED)
+        if !full {
+            return Metric::unavailable(unit, "forward", NOT_REQUESTED);
+        }
+        let total = aggregate(layers, pick, unit);
+        match total.known_count() {
+            Some(known) if hidden && total.status == Status::Complete => {
+                Metric::partial(known, unit, "forward", METHOD_MODULE)
+            }
+            _ => total,
         }
     };
     let parameters = p.trainable.zip(p.frozen).and_then(|(t, f)| t.checked_add(f));

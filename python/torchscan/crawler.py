@@ -148,6 +148,7 @@ def _analyse(
             "layers": recorder.layers,
             "parameter_totals": _parameter_totals(params, buffers),
             "torch_version": torch.__version__,
+            "scripted": _scripted(named),
         }
         if table is not None:
             document["table"] = table
@@ -294,6 +295,18 @@ def _version() -> str:
     from . import __version__
 
     return __version__
+
+
+def _scripted(named: list[Named]) -> list[str]:
+    """The paths of the outermost TorchScript modules with submodules: module hooks do not run
+    inside TorchScript, so their submodules' calls are not recorded."""
+    paths: list[str] = []
+    for path, _, _, module in named:
+        if not isinstance(module, torch.jit.ScriptModule) or not module._modules:
+            continue
+        if not any(p == "" or path.startswith(f"{p}.") for p in paths):
+            paths.append(path)
+    return paths
 
 
 def _training_state(buffers: list[torch.Tensor] | None) -> Any:

@@ -385,3 +385,38 @@ def test_training_mode_dropout_and_batch_norm_follow_and_random_state_is_restore
     assert dropout["module_flops"]["value"] == dropout["operator_flops"]["value"] == 8 + 128
     with pytest.raises(TypeError, match="training must be a bool"):
         crawl_module(model, args=(x,), training="yes")
+
+
+def test_torchscript_submodules_are_named_as_unseen_never_counted_complete():
+    torch.manual_seed(0)
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.jit.script(nn.Sequential(nn.Linear(3, 3), nn.ReLU()))
+            self.head = nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.head(self.encoder(x))
+
+    report = crawl_module(Wrapper(), args=(torch.randn(2, 3),))
+    # The scripted encoder's Linear runs inside TorchScript: no module hook sees it, so the
+    # module-formula totals are partial (the head's 2 x (2 x 3 - 1) + 2 = 12 known) ...
+    totals = report["totals"]
+    assert (totals["module_flops"]["status"], totals["module_flops"]["known_value"]) == ("partial", 12)
+    assert {(d["code"], d["path"]) for d in report["diagnostics"]} == {("scripted_module", "encoder")}
+    assert {d["metric"] for d in report["diagnostics"]} == {"module_flops", "macs", "dmas"}
+    # ... while parameters and the operators it runs are counted: addmm 2x3x3 and 2x3x1 (x 2),
+    # the ReLU's 6.
+    assert totals["parameters"]["value"] == 12 + 4
+    assert totals["operator_flops"] == {**totals["operator_flops"], "status": "complete", "value": 36 + 12 + 6}
+    with pytest.raises(IncompleteAnalysisError):
+        crawl_module(Wrapper(), args=(torch.randn(2, 3),), strict=True)
+
+
+def test_a_scripted_root_says_why_its_module_metrics_are_unavailable():
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)))
+    report = crawl_module(scripted, args=(torch.randn(2, 3),))
+    assert report["totals"]["module_flops"]["status"] == "unavailable"
+    assert {d["code"] for d in report["diagnostics"]} == {"scripted_module"}
+    assert report["totals"]["parameters"]["value"] == 16 + 10
