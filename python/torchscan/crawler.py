@@ -96,7 +96,9 @@ def _crawl(
     call_args, call_kwargs, source = _inputs(input_shape, dtype, args, kwargs, device, params + buffers)
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
     recorder = _Recorder(module, named, full=mode == "full")
-    with hold(_model_lock(module)):
+    # A training-mode forward's changes to the buffers and random generators are put back after
+    # the analysis, outside its native session (the copies are not the model's operators).
+    with hold(_model_lock(module)), Guard(_training_state, _restore_training_state, buffers if training else None):
         return _analyse(
             module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict, table, training
         )
@@ -126,10 +128,7 @@ def _analyse(
             session.start()
         # The flags and the recorder are given back by guards (torchscan/_guards.c): on leaving
         # the blocks, or, if an interrupt skips that, when this frame lets go of them.
-        with (
-            Guard(training_flags, restore_flags, [m for *_, m in named]),
-            Guard(_training_state, _restore_training_state, buffers if training else None),
-        ):
+        with Guard(training_flags, restore_flags, [m for *_, m in named]):
             module.train(training)
             # Grad mode too: `torch.no_grad()`'s exit is Python, which an interrupt can skip.
             with (
