@@ -105,6 +105,9 @@ struct ModuleRow {
     attention: bool,
     /// The module-formula descriptor, without shapes (null for a module never priced).
     descriptor: Option<Module>,
+    /// The module's other paths (registered under several names).
+    #[serde(default)]
+    aliases: Vec<String>,
 }
 
 /// `[module, call_index, input, output, parameters, buffers, call]` of one module call.
@@ -119,6 +122,9 @@ struct LayerCall {
     /// `[first input shape, first output shape]` priced with the module's descriptor, a whole
     /// descriptor (attention), or null when the call exposed no input or output tensor.
     call: Option<CallShapes>,
+    /// The module's parameters were uninitialized when the call started (a lazy module).
+    #[serde(default)]
+    lazy: bool,
 }
 
 #[derive(Deserialize)]
@@ -432,6 +438,8 @@ fn layer_record(
         name: row.name.clone(),
         depth: row.depth,
         type_name: row.type_name.clone(),
+        aliases: row.aliases.clone(),
+        lazy: layer.lazy,
         input: layer.input,
         output: layer.output,
         parameters: layer.parameters,

@@ -139,7 +139,8 @@ fn cells(layer: &Layer, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] 
     };
     [
         fit(&wrap_string(&name, name_limit, wrap), widths[0]),
-        fit(&layer.type_name, widths[1]),
+        // A lazy module's call materialized its parameters: marked, as torchinfo marks it.
+        fit(&if layer.lazy { format!("{} (lazy)", layer.type_name) } else { layer.type_name.clone() }, widths[1]),
         fit(&wrap_string(&shape_text(&layer.output), widths[2].unwrap_or(100), Wrap::End), widths[2]),
         fit(&elements.map_or_else(|| ">= 2^64".to_string(), thousands), widths[3]),
         fit(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from torch import nn
 
-__all__ = ["escape_name", "named_modules"]
+__all__ = ["escape_name", "module_aliases", "named_modules"]
 
 _ESCAPES = {ord("\\"): "\\\\", ord("."): "\\.", **{code: f"\\u{code:04x}" for code in range(0xD800, 0xE000)}}
 
@@ -44,3 +44,25 @@ def named_modules(root: nn.Module) -> Iterator[tuple[str, str, int, nn.Module]]:
                 component = escape_name(key)
                 children.append((f"{path}.{component}" if path else component, component, depth + 1, child))
         stack.extend(reversed(children))
+
+
+def module_aliases(root: nn.Module) -> dict[int, list[tuple[str, str, int]]]:
+    """The further places of modules registered under several names: ``id(module)`` ->
+    ``(path, name, depth)`` of each place after the one ``named_modules`` gives it, in the same
+    walk order (an aliased module's children keep their first paths)."""
+    seen: set[int] = set()
+    aliases: dict[int, list[tuple[str, str, int]]] = {}
+    stack: list[tuple[str, str, int, nn.Module]] = [("", "", 0, root)]
+    while stack:
+        path, name, depth, module = stack.pop()
+        if id(module) in seen:
+            aliases.setdefault(id(module), []).append((path, name, depth))
+            continue
+        seen.add(id(module))
+        children = []
+        for key, child in module._modules.items():
+            if child is not None:
+                component = escape_name(key)
+                children.append((f"{path}.{component}" if path else component, component, depth + 1, child))
+        stack.extend(reversed(children))
+    return aliases

@@ -23,7 +23,7 @@ from . import _labels
 from ._guards import Guard, hold, restore_flags
 from ._guards import flags as training_flags
 from ._metadata import describe_call, describe_value
-from ._names import escape_name, named_modules
+from ._names import escape_name, module_aliases, named_modules
 from ._native import ops
 from ._session import NativeSession
 from .errors import IncompleteAnalysisError
@@ -444,7 +444,21 @@ _PENDING = {"kind": "pending"}
 class _Target:
     """What the hooks need of one module, computed once per analysis."""
 
-    __slots__ = ("attention", "calls", "depth", "index", "label", "leaf", "module", "name", "open", "path", "static")
+    __slots__ = (
+        "aliases",
+        "attention",
+        "calls",
+        "depth",
+        "index",
+        "label",
+        "leaf",
+        "module",
+        "name",
+        "open",
+        "parent",
+        "path",
+        "static",
+    )
 
     def __init__(
         self, index: int, where: tuple[str, str, int], module: nn.Module, root_label: str, attention: bool
@@ -452,6 +466,11 @@ class _Target:
         self.index = index
         path, self.name, self.depth = where
         self.path = path
+        # The path of the module whose forward calls it under this name (a module registered
+        # under several names takes, for each call, the name under its caller).
+        self.parent = path[: -len(self.name) - 1] if self.depth > 1 else ""
+        # Its other paths.
+        self.aliases: list[str] = []
         self.module = module
         # Labels as PyTorch's flop counter names modules (operator_flops.by_module).
         self.label = f"{root_label}.{path}" if path else root_label
@@ -464,10 +483,11 @@ class _Target:
         self.static: dict[str, Any] | None = None
 
     def row(self) -> list[Any]:
-        """[path, name, depth, type, leaf, attention, formula descriptor or null]."""
+        """[path, name, depth, type, leaf, attention, formula descriptor or null, aliases]."""
         path, module = self.path, self.module
         name = self.name if path else type(module).__name__.lower()
-        return [path, name, self.depth, escape_name(type(module).__name__), self.leaf, self.attention, self.static]
+        type_name = escape_name(type(module).__name__)
+        return [path, name, self.depth, type_name, self.leaf, self.attention, self.static, self.aliases]
 
 
 class _Recorder:
@@ -495,10 +515,34 @@ class _Recorder:
         for path, name, depth, module in targets:
             attention = isinstance(module, nn.MultiheadAttention) or (module is root and transformer_root)
             self._targets[id(module)] = _Target(len(self._targets), (path, name, depth), module, label, attention)
+        self._rows = list(self._targets.values())
+        # A module registered under several names: a target per place, chosen per call by its
+        # caller (the innermost module call open, `_open`).
+        self._places: dict[int, list[_Target]] = {}
+        for key, places in ({} if transformer_root else module_aliases(root)).items():
+            first = self._targets[key]
+            extra = [
+                _Target(len(self._rows) + i, where, first.module, label, first.attention)
+                for i, where in enumerate(places)
+            ]
+            self._rows.extend(extra)
+            self._places[key] = [first, *extra]
+            for target in self._places[key]:
+                target.aliases = [other.path for other in self._places[key] if other is not target]
+        self._open: list[_Target] = []
 
     def modules(self) -> list[list[Any]]:
         """The per-module rows the layer records index."""
-        return [target.row() for target in self._targets.values()]
+        return [target.row() for target in self._rows]
+
+    def _place(self, target: _Target) -> _Target:
+        """The place of a call of a module registered under several names: the one under the
+        calling module, else the first."""
+        caller = self._open[-1].path if self._open else None
+        for place in self._places[id(target.module)]:
+            if place.parent == caller:
+                return place
+        return target
 
     def attach(self, handle: int | None) -> _Recorder:
         self._handle = handle
@@ -567,6 +611,8 @@ class _Recorder:
         target = self._targets.get(id(module))
         if target is None or threading.get_ident() != self._thread:
             return
+        if self._places and id(module) in self._places:
+            target = self._place(target)
         index = len(self.layers)
         call_index = target.calls
         target.calls = call_index + 1
@@ -578,8 +624,9 @@ class _Recorder:
             parameters, buffers = _LAZY, _LAZY
         # Inputs are described by the forward hook, which sees what forward was given (after
         # every pre-hook, keyword arguments included).
-        self.layers.append([target.index, call_index, None, _PENDING, parameters, buffers, None])
+        self.layers.append([target.index, call_index, None, _PENDING, parameters, buffers, None, parameters is _LAZY])
         target.open.append(index)
+        self._open.append(target)
         if self._handle is not None:
             _enter(self._handle, target.label, f"{_CALL_PREFIX}{index}")
 
@@ -587,7 +634,13 @@ class _Recorder:
         # (kwargs, output) normally; (output,) when PyTorch runs always-called hooks after the
         # forward raised.
         target = self._targets.get(id(module))
-        if target is None or not target.open or threading.get_ident() != self._thread:
+        if target is None or threading.get_ident() != self._thread:
+            return
+        # The call's place: the innermost open call is this one (ends come innermost first).
+        opened = self._open
+        if opened and opened[-1].module is module:
+            target = opened.pop()
+        if not target.open:
             return
         if len(rest) == 2:
             kwargs, output = rest

@@ -99,6 +99,11 @@ class LayerReport(TypedDict):
     name: str
     depth: int
     type: str
+    #: The module's other paths, when it is registered under several names (``path`` is the one
+    #: under the module that made this call).
+    aliases: NotRequired[list[str]]
+    #: True when the call materialized the module's parameters (a lazy module).
+    lazy: NotRequired[bool]
     input: dict[str, Any]
     output: dict[str, Any]
     parameters: dict[str, int | bool | None]

@@ -175,6 +175,14 @@ pub struct Layer {
     #[serde(rename = "type")]
     #[schemars(length(min = 1))]
     pub type_name: String,
+    /// The module's other paths (a module registered under several names): `path` is the one
+    /// under the module whose forward made this call.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub aliases: Vec<String>,
+    /// Its parameters were uninitialized when the call started (a lazy module): counted as the
+    /// call materialized them.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub lazy: bool,
     pub input: CallMeta,
     pub output: ValueMeta,
     pub parameters: Parameters,

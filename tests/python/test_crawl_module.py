@@ -420,3 +420,50 @@ def test_a_scripted_root_says_why_its_module_metrics_are_unavailable():
     assert report["totals"]["module_flops"]["status"] == "unavailable"
     assert {d["code"] for d in report["diagnostics"]} == {"scripted_module"}
     assert report["totals"]["parameters"]["value"] == 16 + 10
+
+
+class _Branch(nn.Module):
+    def __init__(self, shared):
+        super().__init__()
+        self.proj = shared
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class _SharedUnderThreeNames(nn.Module):
+    def __init__(self):
+        super().__init__()
+        shared = nn.Linear(3, 3)
+        self.enc, self.dec, self.direct = _Branch(shared), _Branch(shared), shared
+
+    def forward(self, x):
+        return self.direct(self.dec(self.enc(x)))
+
+
+def test_a_module_under_several_names_is_listed_under_its_caller():
+    report = crawl_module(_SharedUnderThreeNames(), args=(torch.randn(2, 3),))
+    calls = [(layer["path"], layer["call_index"], layer.get("aliases")) for layer in report["layers"]]
+    assert calls == [
+        ("", 0, None),
+        ("enc", 0, None),
+        ("enc.proj", 0, ["dec.proj", "direct"]),
+        ("dec", 0, None),
+        ("dec.proj", 0, ["enc.proj", "direct"]),
+        ("direct", 0, ["enc.proj", "dec.proj"]),
+    ]
+    # Its 12 parameters are counted once, at the first call; the others are marked shared.
+    by_path = {layer["path"]: layer for layer in report["layers"]}
+    assert by_path["enc.proj"]["parameters"]["trainable"] == 12
+    assert by_path["direct"]["parameters"] == {"trainable": 0, "frozen": 0, "bytes": 0, "shared": True}
+    assert report["totals"]["parameters"]["value"] == 12
+    # Each call's operators are its own: 2 x 2 x 3 x 3 each.
+    assert by_path["dec.proj"]["metrics"]["operator_flops"]["value"] == 36
+    assert by_path["dec"]["metrics"]["operator_flops"]["value"] == 36
+
+
+def test_a_lazy_layer_is_marked_in_the_report_and_the_table(capsys):
+    report = summary(nn.Sequential(nn.LazyLinear(3), nn.ReLU()), (4,))
+    assert report["layers"][1]["lazy"] is True
+    assert "lazy" not in report["layers"][2]
+    assert "Linear (lazy)" in capsys.readouterr().out
