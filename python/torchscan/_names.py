@@ -26,43 +26,42 @@ def escape_name(name: str) -> str:
     return name.translate(_ESCAPES)
 
 
-def named_modules(root: nn.Module) -> Iterator[tuple[str, str, int, nn.Module]]:
-    """``(path, name, depth, module)`` of ``root`` and its submodules, as ``named_modules()``
-    walks them (depth first, each module once, ``None`` entries skipped), with escaped paths.
-    ``name`` is the escaped attribute name, the path's last component (``""`` for the root)."""
+def _places(root: nn.Module) -> Iterator[tuple[str, str, int, nn.Module, bool]]:
+    """``(path, name, depth, module, first)`` of every place a module is registered under, as
+    ``named_modules()`` walks them (depth first, ``None`` entries skipped), with escaped paths;
+    ``first``: the module's first place (only there are its children walked)."""
     seen: set[int] = set()
     stack: list[tuple[str, str, int, nn.Module]] = [("", "", 0, root)]
     while stack:
         path, name, depth, module = stack.pop()
-        if id(module) in seen:
+        first = id(module) not in seen
+        yield path, name, depth, module, first
+        if not first:
             continue
         seen.add(id(module))
-        yield path, name, depth, module
         children = []
         for key, child in module._modules.items():
             if child is not None:
                 component = escape_name(key)
                 children.append((f"{path}.{component}" if path else component, component, depth + 1, child))
         stack.extend(reversed(children))
+
+
+def named_modules(root: nn.Module) -> Iterator[tuple[str, str, int, nn.Module]]:
+    """``(path, name, depth, module)`` of ``root`` and its submodules, as ``named_modules()``
+    walks them (depth first, each module once, ``None`` entries skipped), with escaped paths.
+    ``name`` is the escaped attribute name, the path's last component (``""`` for the root)."""
+    for path, name, depth, module, first in _places(root):
+        if first:
+            yield path, name, depth, module
 
 
 def module_aliases(root: nn.Module) -> dict[int, list[tuple[str, str, int]]]:
     """The further places of modules registered under several names: ``id(module)`` ->
     ``(path, name, depth)`` of each place after the one ``named_modules`` gives it, in the same
     walk order (an aliased module's children keep their first paths)."""
-    seen: set[int] = set()
     aliases: dict[int, list[tuple[str, str, int]]] = {}
-    stack: list[tuple[str, str, int, nn.Module]] = [("", "", 0, root)]
-    while stack:
-        path, name, depth, module = stack.pop()
-        if id(module) in seen:
+    for path, name, depth, module, first in _places(root):
+        if not first:
             aliases.setdefault(id(module), []).append((path, name, depth))
-            continue
-        seen.add(id(module))
-        children = []
-        for key, child in module._modules.items():
-            if child is not None:
-                component = escape_name(key)
-                children.append((f"{path}.{component}" if path else component, component, depth + 1, child))
-        stack.extend(reversed(children))
     return aliases
