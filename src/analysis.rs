@@ -89,9 +89,21 @@ struct ParameterTotals {
     /// not run, an `UninitializedParameter` its forward never materialized): the size is unknown.
     #[serde(default)]
     uninitialized: bool,
+    /// The parameter elements pruning masks remove (null: a mask cannot be counted, on the meta
+    /// device); absent in documents without masks.
+    #[serde(default = "no_masks")]
+    masked_out: Option<u64>,
 }
 
-/// `[path, name, depth, type, leaf, attention, descriptor]` of one module.
+fn no_masks() -> Option<u64> {
+    Some(0)
+}
+
+/// One pruned tensor of a module: `[elements its mask keeps (null: uncountable), elements]`.
+#[derive(Deserialize)]
+struct Mask(Option<u64>, u64);
+
+/// `[path, name, depth, type, leaf, attention, descriptor, aliases, masks]` of one module.
 #[derive(Deserialize)]
 struct ModuleRow {
     path: String,
@@ -108,15 +120,20 @@ struct ModuleRow {
     /// The module's other paths (registered under several names).
     #[serde(default)]
     aliases: Vec<String>,
+    /// Its pruned tensors (`torch.nn.utils.prune`), by name: empty when it is not pruned.
+    #[serde(default)]
+    masks: BTreeMap<String, Mask>,
 }
 
-/// `[module, call_index, input, output, parameters, buffers, call]` of one module call.
+/// `[module, call_index, input, output, parameters, buffers, call, lazy, scripted]` of one module
+/// call (or, `scripted`, of a module inside TorchScript whose calls are not seen).
 #[derive(Deserialize)]
 struct LayerCall {
     module: usize,
     call_index: u64,
-    input: CallMeta,
-    output: ValueMeta,
+    /// Null for a scripted submodule (listed, not seen called).
+    input: Option<CallMeta>,
+    output: Option<ValueMeta>,
     parameters: Parameters,
     buffers: Buffers,
     /// `[first input shape, first output shape]` priced with the module's descriptor, a whole
@@ -125,6 +142,9 @@ struct LayerCall {
     /// The module's parameters were uninitialized when the call started (a lazy module).
     #[serde(default)]
     lazy: bool,
+    /// A submodule of a TorchScript module, listed from the module tree: no call was seen.
+    #[serde(default)]
+    scripted: bool,
 }
 
 #[derive(Deserialize)]
@@ -361,9 +381,13 @@ fn assemble_document(doc: Document, flops: Option<FlopReport>) -> Result<(Analys
     diagnostics.extend(operator_flops.diagnostics.iter().cloned());
     let hidden = !doc.scripted.is_empty();
     let totals = totals(&doc.parameter_totals, &layers, full, hidden, &operator_flops, &mut diagnostics);
+    // Without pruning masks the effective totals repeat the dense ones: named once, as those.
+    let pruned =
+        doc.parameter_totals.masked_out != Some(0) || layers.iter().any(|l| l.metrics.effective_macs.is_some());
 
     let mut incomplete: BTreeSet<String> = totals
         .iter()
+        .filter(|(name, _)| pruned || !name.starts_with("effective_"))
         .filter(|(_, m)| m.status != Status::Complete && m.method != NOT_REQUESTED)
         .map(|(name, _)| name.to_string())
         .collect();
@@ -403,9 +427,16 @@ fn layer_record(
     let row = modules.get(layer.module).ok_or_else(|| {
         Error::BadAnalysisInput(format!("malformed analysis document: layer {index} names module {}", layer.module))
     })?;
+    let calls = if layer.scripted {
+        // Not a gap of its own: the scripted module's diagnostic says what cannot be seen.
+        Metric::unavailable(Unit::Calls, "module_call", "torchscript")
+    } else {
+        Metric::complete(Number::Int(1), Unit::Calls, "module_call", "pytorch_hook")
+    };
     let mut metrics = LayerMetrics {
-        calls: Metric::complete(Number::Int(1), Unit::Calls, "module_call", "pytorch_hook"),
+        calls,
         dmas: None,
+        effective_macs: None,
         effective_padding: None,
         effective_stride: None,
         macs: None,
@@ -413,7 +444,7 @@ fn layer_record(
         operator_flops: None,
         receptive_field: None,
     };
-    if let Some(own) = own_flops {
+    if let Some(own) = own_flops.filter(|_| !layer.scripted) {
         metrics.operator_flops = Some(own.unwrap_or_else(|| MetricResult::complete(0, "module_call")).into());
         if row.leaf {
             let call = match layer.call {
@@ -430,6 +461,10 @@ fn layer_record(
                 }
             };
             leaf_metrics(call.as_ref(), row.attention, &row.path, &mut metrics, diagnostics);
+            if !row.masks.is_empty() {
+                let macs = metrics.macs.as_ref();
+                metrics.effective_macs = macs.map(|macs| effective_macs(row, macs, diagnostics));
+            }
         }
     }
     Ok(Layer {
@@ -440,12 +475,50 @@ fn layer_record(
         type_name: row.type_name.clone(),
         aliases: row.aliases.clone(),
         lazy: layer.lazy,
+        scripted: layer.scripted,
         input: layer.input,
         output: layer.output,
         parameters: layer.parameters,
         buffers: layer.buffers,
         metrics,
     })
+}
+
+/// A pruned module call's MACs with the masked weights left out. The MACs of Linear and of
+/// (transposed) convolutions are the weight's elements times the positions each is applied at,
+/// so removing weight elements removes MACs in proportion, exactly; a mask on a bias removes
+/// none (bias adds are not MACs). Other modules' MACs are not a multiple of one masked tensor:
+/// their effective MACs are unavailable, with a diagnostic.
+fn effective_macs(row: &ModuleRow, macs: &Metric, diagnostics: &mut Vec<Diagnostic>) -> Metric {
+    let unavailable = || Metric::unavailable(Unit::Macs, "module_call", METHOD_MODULE);
+    let Some(dense) = macs.value.and_then(|v| v.integer()).and_then(|v| u64::try_from(v).ok()) else {
+        return unavailable(); // the dense count's own diagnostic says why
+    };
+    let mut gap = |message: String| {
+        diagnostics.push(diagnostic("pruned_module_macs", "effective_macs", &row.path, message));
+        unavailable()
+    };
+    let weight_proportional =
+        matches!(row.descriptor, Some(Module::Linear(_) | Module::Conv(_) | Module::ConvTranspose(_)));
+    let names: Vec<&str> = row.masks.keys().map(String::as_str).collect();
+    if !weight_proportional {
+        return gap(format!(
+            "{} is pruned ({}), and its MACs are not proportional to a masked weight: its effective MACs are \
+             not computed",
+            row.type_name,
+            names.join(", ")
+        ));
+    }
+    let Some(Mask(kept, numel)) = row.masks.get("weight") else {
+        return Metric::complete(Number::Int(dense), Unit::Macs, "module_call", METHOD_MODULE);
+    };
+    match kept {
+        Some(kept) if *numel > 0 && dense % numel == 0 => {
+            Metric::complete(Number::Int(dense / numel * kept), Unit::Macs, "module_call", METHOD_MODULE)
+        }
+        Some(_) => gap(format!("the MACs ({dense}) are not a multiple of the weight's {numel} elements")),
+        None => gap("the weight's pruning mask is on the meta device: what it keeps cannot be counted".into()),
+    }
 }
 
 /// The report's totals: the model's parameters and buffers, the module formulas summed over the
@@ -499,10 +572,19 @@ fn totals(
         }
     };
     let parameters = p.trainable.zip(p.frozen).and_then(|(t, f)| t.checked_add(f));
-    Totals {
+    let effective_parameters = match p.masked_out {
+        Some(removed) => {
+            model("effective_parameters", parameters.and_then(|dense| dense.checked_sub(removed)), Unit::Elements)
+        }
+        None => Metric::unavailable(Unit::Elements, "model", "pytorch"),
+    };
+    let totals = Totals {
         buffer_bytes: model("buffer_bytes", p.buffer_bytes, Unit::Bytes),
         buffer_elements: model("buffer_elements", p.buffer_elements, Unit::Elements),
         dmas: formula(|m| m.dmas.as_ref(), Unit::Dmas),
+        // A layer without masks keeps all its MACs.
+        effective_macs: Some(formula(|m| m.effective_macs.as_ref().or(m.macs.as_ref()), Unit::Macs)),
+        effective_parameters: Some(effective_parameters),
         frozen_parameters: model("frozen_parameters", p.frozen, Unit::Elements),
         macs: formula(|m| m.macs.as_ref(), Unit::Macs),
         module_flops: formula(|m| m.module_flops.as_ref(), Unit::Flops),
@@ -510,7 +592,18 @@ fn totals(
         parameter_bytes: model("parameter_bytes", p.parameter_bytes, Unit::Bytes),
         parameters: model("parameters", parameters, Unit::Elements),
         trainable_parameters: model("trainable_parameters", p.trainable, Unit::Elements),
+    };
+    if p.masked_out.is_none() {
+        diagnostics.push(Diagnostic {
+            code: "pruned_module_parameters".into(),
+            severity: Severity::Warning,
+            metric: "effective_parameters".into(),
+            message: "a pruning mask is on the meta device: what it keeps cannot be counted".into(),
+            path: None,
+            operator: None,
+        });
     }
+    totals
 }
 
 #[cfg(test)]
@@ -653,7 +746,91 @@ mod tests {
         assert_eq!(codes, vec!["unsupported_module_metric"; 4]);
         assert_eq!(report["diagnostics"][0]["message"], "Module type not supported: Mine");
         assert_eq!(report["diagnostics"][0]["path"], "m");
+        // The effective MACs of a model without masks are its MACs (partial alike), not named twice.
+        assert_eq!(report["totals"]["effective_macs"]["status"], "partial");
         assert_eq!(incomplete, vec!["dmas", "macs", "module_flops", "receptive_field"]);
+    }
+
+    /// `linear()` with pruning masks on its row.
+    fn pruned(masks: Value) -> Layer {
+        let Layer(mut row, call) = linear();
+        row.as_array_mut().unwrap().extend([json!([]), masks]);
+        Layer(row, call)
+    }
+
+    #[test]
+    fn pruned_linear_effective_macs_and_parameters() {
+        // Linear(8, 4) on (1, 8): 32 MACs, one per weight element; the mask keeps 20 of 32.
+        let mut doc: Value =
+            serde_json::from_str(&document("full", vec![pruned(json!({"weight": [20, 32]}))])).unwrap();
+        doc["parameter_totals"]["masked_out"] = json!(12);
+        doc["layers"][0][4] = json!([36, 0, 144, false, 24]);
+        let (report, incomplete) = assemble(&doc.to_string());
+        assert!(incomplete.is_empty(), "{incomplete:?}");
+        let fc = &report["layers"][0];
+        assert_eq!(fc["metrics"]["macs"]["value"], 32, "the kernels still run dense");
+        assert_eq!(fc["metrics"]["effective_macs"]["value"], 20);
+        assert_eq!(fc["parameters"]["effective"], 24);
+        assert_eq!(report["totals"]["effective_macs"]["value"], 20);
+        assert_eq!(report["totals"]["parameters"]["value"], 12);
+        assert_eq!(report["totals"]["effective_parameters"]["value"], 0);
+
+        // A mask on the bias alone removes no MACs (bias adds are not MACs).
+        let (report, _) = assemble(&document("full", vec![pruned(json!({"bias": [2, 4]}))]));
+        assert_eq!(report["layers"][0]["metrics"]["effective_macs"]["value"], 32);
+        // No masks: the effective totals equal the dense ones, and no layer has the field.
+        let (report, _) = assemble(&document("full", vec![linear()]));
+        assert_eq!(report["totals"]["effective_macs"]["value"], 32);
+        assert_eq!(report["totals"]["effective_parameters"]["value"], 12);
+        assert!(report["layers"][0]["metrics"].get("effective_macs").is_none());
+        assert!(report["layers"][0]["parameters"].get("effective").is_none());
+    }
+
+    #[test]
+    fn pruned_masks_that_cannot_be_priced_are_named() {
+        // A mask on the meta device: what it keeps is unknown.
+        let mut doc: Value =
+            serde_json::from_str(&document("full", vec![pruned(json!({"weight": [null, 32]}))])).unwrap();
+        doc["parameter_totals"]["masked_out"] = Value::Null;
+        let (report, incomplete) = assemble(&doc.to_string());
+        assert_eq!(report["layers"][0]["metrics"]["effective_macs"]["status"], "unavailable");
+        assert_eq!(report["totals"]["effective_parameters"]["status"], "unavailable");
+        assert_eq!(incomplete, vec!["effective_macs", "effective_parameters"]);
+        // A pruned module whose MACs are not a multiple of one weight (PReLU's slopes).
+        let Layer(mut row, mut call) = pruned(json!({"weight": [3, 4]}));
+        row[6] = json!({"family": "activation", "kind": "prelu", "weights": 4});
+        call[6] = json!([[1, 4], [1, 4]]);
+        let (report, _) = assemble(&document("full", vec![Layer(row, call)]));
+        let codes: Vec<&str> =
+            report["diagnostics"].as_array().unwrap().iter().map(|d| d["code"].as_str().unwrap()).collect();
+        assert!(codes.contains(&"pruned_module_macs"), "{codes:?}");
+    }
+
+    #[test]
+    fn scripted_submodules_are_listed_without_calls() {
+        let Layer(row, mut call) = linear();
+        call.as_array_mut().unwrap().extend([json!(false), json!(true)]);
+        call[2] = Value::Null;
+        call[3] = Value::Null;
+        let mut doc: Value = serde_json::from_str(&document("full", vec![container(), Layer(row, call)])).unwrap();
+        doc["scripted"] = json!([""]);
+        let (report, incomplete) = assemble(&doc.to_string());
+        let fc = &report["layers"][1];
+        assert_eq!(fc["scripted"], true);
+        assert!(fc.get("input").is_none() && fc.get("output").is_none());
+        assert_eq!(fc["metrics"]["calls"]["status"], "unavailable");
+        assert!(fc["metrics"].get("operator_flops").is_none() && fc["metrics"].get("macs").is_none());
+        assert_eq!(fc["parameters"]["trainable"], 1);
+        assert!(incomplete.contains(&"module_flops".to_string()));
+        let table = crate::summary::format_info(
+            &serde_json::from_value(report).unwrap(),
+            crate::summary::Wrap::Mid,
+            false,
+            false,
+            None,
+        )
+        .unwrap();
+        assert!(table.lines().any(|line| line.contains("fc") && line.contains('?')), "{table}");
     }
 
     #[test]

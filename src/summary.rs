@@ -16,7 +16,8 @@ const HEADERS: [&str; 8] = [
     "Effective stride",
     "Effective padding",
 ];
-const MAX_WIDTHS: [usize; 8] = [27, 20, 25, 15, 9, 15, 16, 17];
+// Param # is wider than torchscan 0.2's 15 for a pruned layer's "(N unmasked)".
+const MAX_WIDTHS: [usize; 8] = [27, 20, 25, 27, 9, 15, 16, 17];
 const MARGIN: &str = "    ";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +127,16 @@ fn count_text(metric: &Metric) -> String {
     count(metric).map_or_else(|| "unavailable (>= 2^64)".to_string(), thousands)
 }
 
+/// The Param # cell: parameters and buffers (torchscan 0.2), and for a pruned layer the
+/// parameters its masks keep.
+fn param_text(elements: Option<u64>, effective: Option<u64>) -> String {
+    let elements = elements.map_or_else(|| ">= 2^64".to_string(), thousands);
+    match effective {
+        Some(kept) => format!("{elements} ({} unmasked)", thousands(kept)),
+        None => elements,
+    }
+}
+
 fn cells(layer: &Layer, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] {
     let name = tree_name(&layer.name, layer.depth);
     let name_limit = widths[0].map_or(100, |w| w + 3);
@@ -141,8 +152,16 @@ fn cells(layer: &Layer, widths: &[Option<usize>; 8], wrap: Wrap) -> [String; 8] 
         fit(&wrap_string(&name, name_limit, wrap), widths[0]),
         // A lazy module's call materialized its parameters: marked, as torchinfo marks it.
         fit(&if layer.lazy { format!("{} (lazy)", layer.type_name) } else { layer.type_name.clone() }, widths[1]),
-        fit(&wrap_string(&shape_text(&layer.output), widths[2].unwrap_or(100), Wrap::End), widths[2]),
-        fit(&elements.map_or_else(|| ">= 2^64".to_string(), thousands), widths[3]),
+        // A submodule inside TorchScript: listed, its calls (and shapes) not seen.
+        fit(
+            &wrap_string(
+                &layer.output.as_ref().map_or_else(|| "?".into(), shape_text),
+                widths[2].unwrap_or(100),
+                Wrap::End,
+            ),
+            widths[2],
+        ),
+        fit(&param_text(elements, params.effective), widths[3]),
         fit(
             if owned == Some(0) {
                 "-"
@@ -237,6 +256,11 @@ pub fn format_info(
     lines.push(format!("Trainable params: {}", count_text(&totals.trainable_parameters)));
     lines.push(format!("Non-trainable params: {}", count_text(&totals.frozen_parameters)));
     lines.push(format!("Total params: {}", count_text(&totals.parameters)));
+    let pruned =
+        layers.iter().any(|layer| layer.parameters.effective.is_some() || layer.metrics.effective_macs.is_some());
+    if let Some(effective) = totals.effective_parameters.as_ref().filter(|_| pruned) {
+        lines.push(format!("Unmasked params (pruning masks applied): {}", count_text(effective)));
+    }
     lines.push(dots.clone());
     match count(&totals.parameter_bytes).zip(count(&totals.buffer_bytes)) {
         Some((parameters, buffers)) => {
@@ -253,6 +277,9 @@ pub fn format_info(
         ("Operator forward FLOPs", &totals.operator_flops),
     ] {
         lines.push(total_line(label, metric));
+        if let Some(effective) = totals.effective_macs.as_ref().filter(|_| pruned && label.starts_with("Multiply")) {
+            lines.push(total_line("Unmasked Multiply-Accumulations (pruning masks applied)", effective));
+        }
     }
     if !report.diagnostics.is_empty() {
         lines.push(format!("Diagnostics: {} (inspect report['diagnostics'])", report.diagnostics.len()));

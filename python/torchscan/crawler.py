@@ -25,6 +25,7 @@ from ._guards import flags as training_flags
 from ._metadata import describe_call, describe_value
 from ._names import escape_name, module_aliases, named_modules
 from ._native import ops
+from ._pruning import Mask, masks
 from ._session import NativeSession
 from .errors import IncompleteAnalysisError
 from .modules._descriptors import describe, family, first_tensor
@@ -96,11 +97,13 @@ def _crawl(
     call_args, call_kwargs, source = _inputs(input_shape, dtype, args, kwargs, device, params + buffers)
     inputs_meta = {"source": source, **describe_call(call_args, call_kwargs)}
     recorder = _Recorder(module, named, full=mode == "full")
+    masked_out = _masked_out(recorder.masks())
     # A training-mode forward's changes to the buffers and random generators are put back after
     # the analysis, outside its native session (the copies are not the model's operators).
     with hold(_model_lock(module)), Guard(_training_state, _restore_training_state, buffers if training else None):
+        tensors = (params, buffers, masked_out)
         return _analyse(
-            module, mode, named, recorder, call_args, call_kwargs, inputs_meta, params, buffers, strict, table, training
+            module, mode, named, recorder, call_args, call_kwargs, inputs_meta, tensors, strict, table, training
         )
 
 
@@ -112,13 +115,15 @@ def _analyse(
     call_args: tuple[Any, ...],
     call_kwargs: dict[str, Any],
     inputs_meta: dict[str, Any],
-    params: list[torch.Tensor],
-    buffers: list[torch.Tensor],
+    tensors: tuple[list[torch.Tensor], list[torch.Tensor], int | None],
     strict: bool,
     table: dict[str, Any] | None,
     training: bool,
 ) -> tuple[AnalysisReport, str | None]:
-    """The forward pass and the report, with the model's flags saved and restored around it."""
+    """The forward pass and the report, with the model's flags saved and restored around it.
+    ``tensors``: the model's parameters, its buffers, and the parameter elements its pruning
+    masks remove (None when a mask cannot be counted)."""
+    params, buffers, masked_out = tensors
     context = _context(module, mode, params + buffers, training)
     # Full mode counts the operators of the same forward in a native session, which the core
     # finishes straight into the report (no FlopReport round trip through Python).
@@ -145,7 +150,7 @@ def _analyse(
             "inputs": inputs_meta,
             "modules": recorder.modules(),
             "layers": recorder.layers,
-            "parameter_totals": _parameter_totals(params, buffers),
+            "parameter_totals": {**_parameter_totals(params, buffers), "masked_out": masked_out},
             "torch_version": torch.__version__,
             "scripted": _scripted(named),
         }
@@ -364,6 +369,26 @@ def _count(value: int) -> int | None:
     return value if value < 2**64 else None
 
 
+def _effective(parameters: tuple[Any, ...], fresh: list[Mask]) -> int | None:
+    """The parameter count of a layer call less what the pruning masks of ``fresh`` remove."""
+    trainable, frozen = parameters[0], parameters[1]
+    removed = _masked_out({id(mask.original): mask for mask in fresh})
+    if trainable is None or frozen is None or removed is None:
+        return None
+    return int(trainable + frozen - removed)
+
+
+def _masked_out(found: Mapping[int, Mask]) -> int | None:
+    """The parameter elements the pruning masks remove, each pruned parameter once (None when a
+    mask cannot be counted)."""
+    removed = 0
+    for mask in found.values():
+        if mask.kept is None:
+            return None
+        removed += mask.numel - mask.kept
+    return removed
+
+
 def _parameter_totals(params: list[torch.Tensor], buffers: list[torch.Tensor]) -> dict[str, int | bool | None]:
     # Collected before the forward, which materializes a lazy module's tensors in place; one that
     # is still uninitialized has no size to count.
@@ -441,6 +466,16 @@ _NO_BUFFERS = (0, 0, False)
 _PENDING = {"kind": "pending"}
 
 
+def _type_name(module: nn.Module) -> str:
+    """The module's class name; a TorchScript module's is that of the module it was made from
+    (its own class is RecursiveScriptModule or a traced module's)."""
+    if isinstance(module, torch.jit.ScriptModule):
+        original = getattr(module, "original_name", None)
+        if isinstance(original, str) and original:
+            return original
+    return type(module).__name__
+
+
 class _Target:
     """What the hooks need of one module, computed once per analysis."""
 
@@ -452,6 +487,7 @@ class _Target:
         "index",
         "label",
         "leaf",
+        "masks",
         "module",
         "name",
         "open",
@@ -481,13 +517,23 @@ class _Target:
         self.calls = 0
         self.open: list[int] = []
         self.static: dict[str, Any] | None = None
+        # The pruning masks on the tensors a call of it counts (an attention module's include
+        # its children's), by tensor name; empty when nothing is pruned.
+        owners = module.named_modules() if attention else [("", module)]
+        self.masks = {
+            f"{prefix}.{name}" if prefix else name: mask
+            for prefix, owner in owners
+            for name, mask in masks(owner).items()
+        }
 
     def row(self) -> list[Any]:
-        """[path, name, depth, type, leaf, attention, formula descriptor or null, aliases]."""
+        """[path, name, depth, type, leaf, attention, formula descriptor or null, aliases,
+        masks ({tensor name: [kept, numel]})]."""
         path, module = self.path, self.module
-        name = self.name if path else type(module).__name__.lower()
-        type_name = escape_name(type(module).__name__)
-        return [path, name, self.depth, type_name, self.leaf, self.attention, self.static, self.aliases]
+        type_name = escape_name(_type_name(module))
+        name = self.name if path else type_name.lower()
+        pruned = {name: [mask.kept, mask.numel] for name, mask in self.masks.items()}
+        return [path, name, self.depth, type_name, self.leaf, self.attention, self.static, self.aliases, pruned]
 
 
 class _Recorder:
@@ -530,10 +576,22 @@ class _Recorder:
             for target in self._places[key]:
                 target.aliases = [other.path for other in self._places[key] if other is not target]
         self._open: list[_Target] = []
+        # The submodules of each outermost TorchScript module: module hooks do not run inside
+        # TorchScript, so they are listed from the tree after its first call (`post`).
+        self._script_members: dict[int, list[_Target]] = {}
+        for scripted in _scripted(named):
+            owner = next(t for t in self._rows if t.path == scripted)
+            prefix = f"{scripted}." if scripted else ""
+            members = [t for t in self._rows[: len(self._targets)] if t.path.startswith(prefix) and t is not owner]
+            self._script_members[id(owner.module)] = members
 
     def modules(self) -> list[list[Any]]:
         """The per-module rows the layer records index."""
         return [target.row() for target in self._rows]
+
+    def masks(self) -> dict[int, Mask]:
+        """The model's pruned parameters, each once: ``id(dense parameter)`` -> Mask."""
+        return {id(mask.original): mask for target in self._rows for mask in target.masks.values()}
 
     def _place(self, target: _Target) -> _Target:
         """The place of a call of a module registered under several names: the one under the
@@ -582,14 +640,31 @@ class _Recorder:
             return _count(trainable), _count(frozen), None, shared
         return trainable, frozen, nbytes, shared
 
-    def _own_tensors(self, module: nn.Module, attention: bool) -> tuple[Any, Any]:
+    def _own_tensors(self, module: nn.Module, attention: bool, masked: dict[str, Mask]) -> tuple[Any, Any]:
         """(parameters, buffers) of a call: the module's own tensors (an attention module's with
-        its children's), those already counted for an earlier call as shared."""
+        its children's), those already counted for an earlier call as shared. A pruned module's
+        parameters carry a fifth count, what its masks keep of them."""
+        # The pruned parameters this call counts first (one counted earlier was accounted there).
+        fresh = [mask for mask in masked.values() if id(mask.original) not in self._seen]
         if attention:
-            return self._account(module.parameters()), self._buffers(module.buffers())
-        parameters = self._account(module._parameters.values()) if module._parameters else _NO_PARAMETERS
-        buffers = self._buffers(module._buffers.values()) if module._buffers else _NO_BUFFERS
+            parameters: tuple[Any, ...] = self._account(module.parameters())
+            buffers = self._buffers(module.buffers())
+        else:
+            parameters = self._account(module._parameters.values()) if module._parameters else _NO_PARAMETERS
+            buffers = self._buffers(module._buffers.values()) if module._buffers else _NO_BUFFERS
+        if masked:
+            parameters = (*parameters, _effective(parameters, fresh))
         return parameters, buffers
+
+    def _list_script_members(self, members: list[_Target]) -> None:
+        """A layer record for each submodule of a TorchScript module, after its first call:
+        structure, parameters and buffers (which the tree holds), no call (none is seen)."""
+        for target in members:
+            try:
+                parameters, buffers = self._own_tensors(target.module, target.attention, target.masks)
+            except _Lazy:
+                parameters, buffers = _UNKNOWN_PARAMETERS, _UNKNOWN_BUFFERS
+            self.layers.append([target.index, 0, None, None, parameters, buffers, None, False, True])
 
     def _buffers(self, tensors: Iterable[torch.Tensor | None]) -> tuple[int | None, int | None, bool]:
         """(elements, bytes, shared) of the buffers not counted for an earlier call."""
@@ -617,7 +692,7 @@ class _Recorder:
         call_index = target.calls
         target.calls = call_index + 1
         try:
-            parameters, buffers = self._own_tensors(module, target.attention)
+            parameters, buffers = self._own_tensors(module, target.attention, target.masks)
         except _Lazy:
             # Uninitialized parameters (nn.LazyLinear, an UninitializedParameter): the forward
             # about to run materializes them; they are counted when it returns (post).
@@ -652,12 +727,14 @@ class _Recorder:
         record = self.layers[index]
         if record[4] is _LAZY:
             try:
-                record[4], record[5] = self._own_tensors(module, target.attention)
+                record[4], record[5] = self._own_tensors(module, target.attention, target.masks)
             except _Lazy:
                 # Still uninitialized after its forward: no count to give.
                 record[4], record[5] = _UNKNOWN_PARAMETERS, _UNKNOWN_BUFFERS
         record[2] = self._describe_input(args, kwargs)
         record[3] = out = describe_value(output)
+        if self._script_members and id(module) in self._script_members and record[1] == 0:
+            self._list_script_members(self._script_members[id(module)])
         if type(output) is torch.Tensor:
             self._last = (output, output.shape, output.requires_grad, out)
         if not (self.full and target.leaf):

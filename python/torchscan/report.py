@@ -104,8 +104,13 @@ class LayerReport(TypedDict):
     aliases: NotRequired[list[str]]
     #: True when the call materialized the module's parameters (a lazy module).
     lazy: NotRequired[bool]
-    input: dict[str, Any]
-    output: dict[str, Any]
+    #: True for a submodule of a TorchScript module: listed from the module tree (structure,
+    #: parameters, buffers); its calls are not seen, so it has no ``input`` or ``output``.
+    scripted: NotRequired[bool]
+    input: NotRequired[dict[str, Any]]
+    output: NotRequired[dict[str, Any]]
+    #: ``trainable``, ``frozen``, ``bytes``, ``shared``; a pruned module's call adds
+    #: ``effective`` (what its masks keep of the parameters counted here).
     parameters: dict[str, int | bool | None]
     buffers: dict[str, int | bool | None]
     metrics: dict[str, MetricResult]

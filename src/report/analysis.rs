@@ -183,8 +183,19 @@ pub struct Layer {
     /// call materialized them.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub lazy: bool,
-    pub input: CallMeta,
-    pub output: ValueMeta,
+    /// A submodule of a TorchScript module: module hooks do not run inside TorchScript, so it is
+    /// listed from the module tree (its structure, parameters and buffers) without its calls
+    /// (no `input`, `output` or formula metrics; `calls` unavailable).
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub scripted: bool,
+    /// What the call was given; absent only for a `scripted` submodule (its calls are not seen).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "CallMeta")]
+    pub input: Option<CallMeta>,
+    /// What the call returned; absent only for a `scripted` submodule.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "ValueMeta")]
+    pub output: Option<ValueMeta>,
     pub parameters: Parameters,
     pub buffers: Buffers,
     pub metrics: LayerMetrics,
@@ -199,6 +210,11 @@ pub struct Parameters {
     pub frozen: Option<u64>,
     pub bytes: Option<u64>,
     pub shared: bool,
+    /// A pruned module's call (`torch.nn.utils.prune`): what its pruning masks keep of the
+    /// parameters counted here (`trainable + frozen` count the dense tensors). Absent when the
+    /// module is not pruned, or its mask cannot be counted (on the meta device).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub effective: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -219,6 +235,11 @@ pub struct LayerMetrics {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     #[schemars(with = "Metric")]
     pub dmas: Option<Metric>,
+    /// A pruned module's MACs counting only the weights its masks keep (present only for a
+    /// pruned module): `macs` stays the dense count that the kernels run.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub effective_macs: Option<Metric>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     #[schemars(with = "Metric")]
     pub effective_padding: Option<Metric>,
@@ -245,6 +266,7 @@ impl LayerMetrics {
         [
             ("calls", Some(&self.calls)),
             ("dmas", self.dmas.as_ref()),
+            ("effective_macs", self.effective_macs.as_ref()),
             ("effective_padding", self.effective_padding.as_ref()),
             ("effective_stride", self.effective_stride.as_ref()),
             ("macs", self.macs.as_ref()),
@@ -266,6 +288,16 @@ pub struct Totals {
     pub buffer_bytes: Metric,
     pub buffer_elements: Metric,
     pub dmas: Metric,
+    /// `macs` with the weights that pruning masks remove left out (equal to `macs` for a model
+    /// without masks). Optional only so that reports written before it was added still read.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub effective_macs: Option<Metric>,
+    /// `parameters` less the elements that pruning masks remove (equal to `parameters` for a
+    /// model without masks). Optional only so that older reports still read.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "Metric")]
+    pub effective_parameters: Option<Metric>,
     pub frozen_parameters: Metric,
     pub macs: Metric,
     pub module_flops: Metric,
@@ -279,17 +311,20 @@ impl Totals {
     /// `(name, metric)` of every total, in report order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &Metric)> {
         [
-            ("buffer_bytes", &self.buffer_bytes),
-            ("buffer_elements", &self.buffer_elements),
-            ("dmas", &self.dmas),
-            ("frozen_parameters", &self.frozen_parameters),
-            ("macs", &self.macs),
-            ("module_flops", &self.module_flops),
-            ("operator_flops", &self.operator_flops),
-            ("parameter_bytes", &self.parameter_bytes),
-            ("parameters", &self.parameters),
-            ("trainable_parameters", &self.trainable_parameters),
+            ("buffer_bytes", Some(&self.buffer_bytes)),
+            ("buffer_elements", Some(&self.buffer_elements)),
+            ("dmas", Some(&self.dmas)),
+            ("effective_macs", self.effective_macs.as_ref()),
+            ("effective_parameters", self.effective_parameters.as_ref()),
+            ("frozen_parameters", Some(&self.frozen_parameters)),
+            ("macs", Some(&self.macs)),
+            ("module_flops", Some(&self.module_flops)),
+            ("operator_flops", Some(&self.operator_flops)),
+            ("parameter_bytes", Some(&self.parameter_bytes)),
+            ("parameters", Some(&self.parameters)),
+            ("trainable_parameters", Some(&self.trainable_parameters)),
         ]
         .into_iter()
+        .filter_map(|(name, metric)| metric.map(|m| (name, m)))
     }
 }

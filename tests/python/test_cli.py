@@ -191,9 +191,11 @@ def test_compare_two_real_reports(tmp_path):
     result = run("compare", str(before), str(after), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
-    assert lines[0] == "Totals: 4 changed, 3 not exact, 3 unchanged"
+    assert lines[0] == "Totals: 5 changed, 4 not exact, 3 unchanged"
     # Parameters: + Linear(8, 2) = 18; operator FLOPs: + 2*8*2 for its matmul.
     assert "parameters 40 58 +18 complete" in lines
+    # Without pruning masks the effective counts are the dense ones.
+    assert "effective_parameters 40 58 +18 complete" in lines
     assert "operator_flops 72 104 +32 complete" in lines
     # module_flops before is partial (Doubler has no formula): a lower bound, no exact change.
     assert "module_flops >= 64 104 ? partial" in lines

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torchvision
 from torch import nn
+from torch.nn.utils import prune
 
 import torchscan
 from torchscan import IncompleteAnalysisError, crawl_module, summary
@@ -420,6 +421,136 @@ def test_a_scripted_root_says_why_its_module_metrics_are_unavailable():
     assert report["totals"]["module_flops"]["status"] == "unavailable"
     assert {d["code"] for d in report["diagnostics"]} == {"scripted_module"}
     assert report["totals"]["parameters"]["value"] == 16 + 10
+
+
+def test_a_scripted_model_lists_its_submodule_tree_with_their_parameters(capsys):
+    inner = nn.Sequential(nn.Linear(4, 2), nn.BatchNorm1d(2))
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), inner))
+    report = summary(scripted, args=(torch.randn(2, 3),))
+    layers = [(r["path"], r["depth"], r["type"], r.get("scripted", False)) for r in report["layers"]]
+    # The tree as nn.Module.named_modules walks it, under the original class names (not
+    # RecursiveScriptModule); only the root's call is seen.
+    assert layers == [
+        ("", 0, "Sequential", False),
+        ("0", 1, "Linear", True),
+        ("1", 1, "ReLU", True),
+        ("2", 1, "Sequential", True),
+        ("2.0", 2, "Linear", True),
+        ("2.1", 2, "BatchNorm1d", True),
+    ]
+    owned = {r["path"]: (r["parameters"]["trainable"], r["buffers"]["elements"]) for r in report["layers"]}
+    # Linear(3, 4): 12 + 4; Linear(4, 2): 8 + 2; BatchNorm1d(2): 4 parameters, 2 + 2 + 1 buffers.
+    assert owned == {"": (0, 0), "0": (16, 0), "1": (0, 0), "2": (0, 0), "2.0": (10, 0), "2.1": (4, 5)}
+    assert sum(trainable for trainable, _ in owned.values()) == report["totals"]["parameters"]["value"] == 30
+    member = report["layers"][1]
+    assert "input" not in member and "output" not in member
+    assert member["metrics"]["calls"]["status"] == "unavailable"
+    assert "operator_flops" not in member["metrics"], "what the scripted code runs is counted on its caller"
+    root_flops, total_flops = report["layers"][0]["metrics"]["operator_flops"], report["totals"]["operator_flops"]
+    assert root_flops["value"] == total_flops["value"] and root_flops["status"] == "complete"
+    assert {(d["code"], d["path"]) for d in report["diagnostics"]} == {("scripted_module", "")}
+    table = capsys.readouterr().out
+    assert "├─0           Linear" in table and "|    └─1      BatchNorm1d    ?" in table
+
+
+# ---- pruning (torch.nn.utils.prune) ----
+
+
+class _LeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 4 * 4, 120)
+        self.fc2 = nn.Linear(120, 10)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def _pruned_lenet():
+    torch.manual_seed(0)
+    model = _LeNet()
+    prune.l1_unstructured(model.conv1, "weight", amount=0.5)  # 75 of 150 weights kept
+    prune.l1_unstructured(model.fc1, "weight", amount=0.75)  # 7,680 of 30,720 kept
+    prune.l1_unstructured(model.fc1, "bias", amount=3)  # 117 of 120 biases kept
+    # Pruned twice: a PruningContainer, whose mask is the product (40% of 1,200 kept).
+    prune.random_unstructured(model.fc2, "weight", amount=0.2)
+    prune.random_unstructured(model.fc2, "weight", amount=0.5)
+    return model
+
+
+def test_a_pruned_lenet_reports_dense_and_unmasked_counts(capsys):
+    model = _pruned_lenet()
+    hooks = {name: dict(m._forward_pre_hooks) for name, m in model.named_modules()}
+    masks = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    report = summary(model, (1, 28, 28))
+    layers = {r["path"]: r for r in report["layers"]}
+    # Dense: the contract's count of the parameters (weight_orig, bias_orig) as registered.
+    dense = {"conv1": 156, "conv2": 2416, "fc1": 30840, "fc2": 1210}
+    assert {p: layers[p]["parameters"]["trainable"] for p in dense} == dense
+    assert report["totals"]["parameters"]["value"] == sum(dense.values()) == 34622
+    # Unmasked: conv1 75 + 6 biases; fc1 7,680 + 117; fc2 480 + 10; conv2 is not pruned.
+    effective = {p: layers[p]["parameters"].get("effective") for p in dense}
+    assert effective == {"conv1": 81, "conv2": None, "fc1": 7797, "fc2": 490}
+    assert report["totals"]["effective_parameters"]["value"] == 81 + 2416 + 7797 + 490
+    # MACs: one per weight element per position it is applied at. conv1 6x24x24 outputs x 25;
+    # conv2 16x8x8 x 150; fc1 30,720; fc2 1,200. Unmasked: in proportion to the weights kept.
+    macs = {p: layers[p]["metrics"]["macs"]["value"] for p in dense}
+    assert macs == {"conv1": 86400, "conv2": 153600, "fc1": 30720, "fc2": 1200}
+    kept = {p: layers[p]["metrics"].get("effective_macs", {}).get("value") for p in dense}
+    assert kept == {"conv1": 43200, "conv2": None, "fc1": 7680, "fc2": 480}
+    assert report["totals"]["effective_macs"]["value"] == 43200 + 153600 + 7680 + 480
+    assert report["totals"]["macs"]["value"] == sum(macs.values())
+    assert not report["diagnostics"]
+    table = capsys.readouterr().out
+    assert "306 (81 unmasked)" in table  # 156 parameters and the 150-element mask buffer
+    assert "Unmasked params (pruning masks applied): 10,784" in table
+    assert "Unmasked Multiply-Accumulations (pruning masks applied): 204.96 kMACs" in table
+    # The model is left as found: its pruning hooks and masks.
+    assert {name: dict(m._forward_pre_hooks) for name, m in model.named_modules()} == hooks
+    assert all(torch.equal(buffer, masks[name]) for name, buffer in model.named_buffers())
+
+
+def test_compare_reports_sees_what_pruning_removes():
+    torch.manual_seed(0)
+    model = _LeNet()
+    before = crawl_module(model, (1, 28, 28))
+    prune.l1_unstructured(model.fc1, "weight", amount=0.5)
+    after = crawl_module(model, (1, 28, 28))
+    diff = torchscan.compare_reports(before, after)
+    assert diff["totals"]["effective_parameters"]["delta"] == -15360
+    assert diff["totals"]["effective_macs"]["delta"] == -15360
+    assert diff["totals"]["parameters"]["delta"] == 0
+    assert diff["totals"]["macs"]["delta"] == 0
+    # Without masks the effective totals are the dense ones.
+    assert before["totals"]["effective_parameters"]["value"] == before["totals"]["parameters"]["value"]
+    assert before["totals"]["effective_macs"]["value"] == before["totals"]["macs"]["value"]
+
+
+def test_a_pruned_module_without_a_weight_proportional_formula_says_so():
+    model = nn.Sequential(nn.Linear(4, 4), nn.PReLU(4))
+    prune.l1_unstructured(model[1], "weight", amount=0.5)
+    report = crawl_module(model, (4,))
+    layer = report["layers"][2]
+    assert layer["parameters"]["effective"] == 2
+    assert layer["metrics"]["effective_macs"]["status"] == "unavailable"
+    assert [(d["code"], d["path"]) for d in report["diagnostics"]] == [("pruned_module_macs", "1")]
+    assert report["totals"]["effective_macs"]["status"] == "partial"
+    with pytest.raises(IncompleteAnalysisError):
+        crawl_module(model, (4,), strict=True)
+
+
+def test_a_pruned_module_called_twice_counts_its_mask_once():
+    shared = nn.Linear(4, 4, bias=False)
+    prune.l1_unstructured(shared, "weight", amount=0.25)  # 12 of 16 kept
+    report = crawl_module(nn.Sequential(shared, nn.ReLU(), shared), (4,))
+    calls = [r for r in report["layers"] if r["path"] == "0"]
+    assert [(c["parameters"]["trainable"], c["parameters"]["effective"]) for c in calls] == [(16, 12), (0, 0)]
+    assert [c["metrics"]["effective_macs"]["value"] for c in calls] == [12, 12]
+    assert report["totals"]["effective_parameters"]["value"] == 12
 
 
 class _Branch(nn.Module):
