@@ -40,8 +40,27 @@ fn qkv(args: &Args, first: usize) -> Result<Dims, FormulaError> {
 
 /// Forward kernels: `(query, key, value, ...)`.
 pub fn sdpa_forward(args: &Args) -> Result<u64, FormulaError> {
-    let d = qkv(args, 0)?;
+    forward_at(args, 0)
+}
+
+/// `_flash_attention_forward_no_dropout_inplace(out, query, key, value, ...)`.
+pub fn sdpa_forward_into(args: &Args) -> Result<u64, FormulaError> {
+    forward_at(args, 1)
+}
+
+fn forward_at(args: &Args, first: usize) -> Result<u64, FormulaError> {
+    let d = qkv(args, first)?;
     add(mul_all(&[2, d.batch, d.s_q, d.s_k, d.d_q])?, mul_all(&[2, d.batch, d.s_q, d.s_k, d.d_v])?)
+}
+
+/// `_transform_bias_rescale_qkv(qkv [B, T, 3E], qkv_bias [3E], num_heads)`: the bias added to
+/// every element and the query third scaled by `1/sqrt(head_dim)`: `numel + numel / 3`.
+pub fn transform_bias_rescale_qkv(args: &Args) -> Result<u64, FormulaError> {
+    let n = super::require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?;
+    if n % 3 != 0 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    add(n, n / 3)
 }
 
 /// Backward kernels: `(grad_out, query, key, value, ...)`.
@@ -162,5 +181,30 @@ mod tests {
             native_multi_head_attention,
         );
         assert_eq!(cross, Ok(88 + 40 + 8));
+    }
+
+    #[test]
+    fn inplace_flash_forward_and_qkv_rescale() {
+        // out, then q/k/v [1, 2, 4, 8]: 2 x (2 x 2 x 4 x 4 x 8) = 1,024, as sdpa_forward.
+        let f = with_args(
+            |s| {
+                tensor(s, &[1, 2, 4, 8]);
+                for _ in 0..3 {
+                    tensor(s, &[1, 2, 4, 8]);
+                }
+            },
+            sdpa_forward_into,
+        );
+        assert_eq!(f, Ok(1024));
+        // qkv [2, 5, 12]: 120 bias adds and 40 query scalings.
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 5, 12]);
+                tensor(s, &[12]);
+                int(s, 2);
+            },
+            transform_bias_rescale_qkv,
+        );
+        assert_eq!(f, Ok(160));
     }
 }

@@ -68,7 +68,7 @@ pub fn convolution_backward(args: &Args) -> Result<u64, FormulaError> {
 
 /// `2 * N * C_out * C_in/groups * prod(kernel) * spatial`, read from the weight's layout:
 /// `[C_out, C_in/g, k...]`, or `[C_in, C_out/g, k...]` when transposed; both give the same product.
-fn conv_work(input: &[i64], weight: &[i64], _transposed: bool, spatial: u64) -> Result<u64, FormulaError> {
+pub(super) fn conv_work(input: &[i64], weight: &[i64], _transposed: bool, spatial: u64) -> Result<u64, FormulaError> {
     if weight.len() < 3 || input.len() != weight.len() {
         return Err(FormulaError::UnexpectedShape);
     }
@@ -84,7 +84,7 @@ fn dim_of(dims: &[i64], i: usize) -> Result<u64, FormulaError> {
 
 /// Product of the output's spatial sizes: `floor((in + 2p - d(k-1) - 1) / s) + 1` per dimension;
 /// one-element parameter lists apply to every dimension, as in `torch.nn.functional`.
-fn conv_output_spatial(
+pub(super) fn conv_output_spatial(
     input: &[i64],
     weight: &[i64],
     stride: &[i64],

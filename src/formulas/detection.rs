@@ -57,6 +57,75 @@ pub fn roi_align_backward(args: &Args) -> Result<u64, FormulaError> {
     mul(outputs, add(mul(4, samples)?, 1)?)
 }
 
+/// `ps_roi_align(input [N, C, H, W], rois, spatial_scale, pooled_h, pooled_w, sampling_ratio)`:
+/// `roi_align`'s count, each output bin reading one of `C / (pooled_h pooled_w)` channel groups.
+pub fn ps_roi_align(args: &Args) -> Result<u64, FormulaError> {
+    let channels = super::dim(&require_tensor(args, 0)?, 1)?;
+    let bins = mul(
+        u64::try_from(args.int(3).ok_or(FormulaError::MissingArgument(3))?)
+            .map_err(|_| FormulaError::UnexpectedShape)?,
+        u64::try_from(args.int(4).ok_or(FormulaError::MissingArgument(4))?)
+            .map_err(|_| FormulaError::UnexpectedShape)?,
+    )?;
+    let groups = channels.checked_div(bins).ok_or(FormulaError::UnexpectedShape)?;
+    let (outputs, samples) = roi_samples(args, 1, groups, 3, 5)?;
+    mul(outputs, add(mul(5, samples)?, 1)?)
+}
+
+/// `_ps_roi_align_backward(grad, rois, channel_mapping, spatial_scale, pooled_h, pooled_w,
+/// sampling_ratio, ...)`: `4 s^2 + 1` per output gradient, as `roi_align`'s backward.
+pub fn ps_roi_align_backward(args: &Args) -> Result<u64, FormulaError> {
+    let grads = require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?;
+    let s = args.int(6).ok_or(FormulaError::MissingArgument(6))?;
+    let s = u64::try_from(s).ok().filter(|&s| s > 0).ok_or(FormulaError::DataDependent)?;
+    mul(grads, add(mul(4, mul(s, s)?)?, 1)?)
+}
+
+/// `_roi_pool_backward(grad, rois, argmax, ...)`: each output gradient added into the element
+/// its bin's maximum came from, 1 per output gradient.
+pub fn roi_pool_backward(args: &Args) -> Result<u64, FormulaError> {
+    require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)
+}
+
+/// `qroi_align(input, rois, input_scale, input_zero_point, rois_scale, rois_zero_point,
+/// spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned)`: `roi_align`'s count.
+pub fn qroi_align(args: &Args) -> Result<u64, FormulaError> {
+    let channels = super::dim(&require_tensor(args, 0)?, 1)?;
+    let (outputs, samples) = roi_samples(args, 1, channels, 7, 9)?;
+    mul(outputs, add(mul(5, samples)?, 1)?)
+}
+
+/// The deformable convolution's work: the convolution's (2 FLOPs per multiply-accumulate, bias
+/// not counted) and the sampling of each column value at a learned offset, 4 bilinear taps and,
+/// with a modulation mask, a multiply: `N C_in k_h k_w H_out W_out (4 + mask)`.
+fn deform_work(args: &Args, first: usize) -> Result<(u64, u64), FormulaError> {
+    let (input, weight) = (require_tensor(args, first)?, require_tensor(args, first + 1)?);
+    let int = |i: usize| args.int(i).ok_or(FormulaError::MissingArgument(i));
+    let p = first + 5;
+    let (stride, padding, dilation) = ([int(p)?, int(p + 1)?], [int(p + 2)?, int(p + 3)?], [int(p + 4)?, int(p + 5)?]);
+    let spatial = super::conv::conv_output_spatial(input.dims, weight.dims, &stride, &padding, &dilation)?;
+    let conv = super::conv::conv_work(input.dims, weight.dims, false, spatial)?;
+    // `use_mask` (the mask argument is a placeholder tensor without it).
+    let masked = u64::from(args.bool(first + 13).unwrap_or(false));
+    let columns =
+        mul_all(&[super::dim(&input, 0)?, super::dim(&input, 1)?, super::product(&weight.dims[2..])?, spatial])?;
+    Ok((conv, mul(columns, add(4, masked)?)?))
+}
+
+/// `deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
+/// dilation_h, dilation_w, groups, offset_groups, use_mask)`.
+pub fn deform_conv2d(args: &Args) -> Result<u64, FormulaError> {
+    let (conv, sampling) = deform_work(args, 0)?;
+    add(conv, sampling)
+}
+
+/// `_deform_conv2d_backward(grad, input, weight, offset, mask, bias, ...)`: twice the forward
+/// (the input and weight gradients of the product; the offset and mask gradients of the sampling).
+pub fn deform_conv2d_backward(args: &Args) -> Result<u64, FormulaError> {
+    let (conv, sampling) = deform_work(args, 1)?;
+    mul(add(conv, sampling)?, 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +184,64 @@ mod tests {
             roi_align_backward,
         );
         assert_eq!(backward, Ok(816));
+    }
+
+    #[test]
+    fn position_sensitive_pooling_and_deformable_convolution() {
+        // 8 channels in 2 x 2 bins: 2 groups; 3 boxes, sampling 2: 3 x 2 x 4 outputs x 21.
+        let f = with_args(
+            |s| {
+                tensor(s, &[1, 8, 8, 8]);
+                tensor(s, &[3, 5]);
+                double(s, 1.0);
+                int(s, 2);
+                int(s, 2);
+                int(s, 2);
+            },
+            ps_roi_align,
+        );
+        assert_eq!(f, Ok(24 * 21));
+        let f = with_args(
+            |s| {
+                tensor(s, &[3, 2, 2, 2]);
+                tensor(s, &[3, 5]);
+                tensor(s, &[3, 2, 2, 2]);
+                double(s, 1.0);
+                int(s, 2);
+                int(s, 2);
+                int(s, 2);
+            },
+            ps_roi_align_backward,
+        );
+        assert_eq!(f, Ok(24 * 17));
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[3, 2, 2, 2]);
+                },
+                roi_pool_backward
+            ),
+            Ok(24)
+        );
+        // Deformable 3 x 3, 2 -> 3 channels on [1, 2, 6, 6]: output 4 x 4. Convolution 2 x 3 x 2
+        // x 9 x 16 = 1,728; sampling 2 x 9 x 16 columns x 4 taps = 1,152 (+288 with a mask).
+        let deform = |mask: &'static [i64], use_mask: bool| {
+            with_args(
+                move |s| {
+                    tensor(s, &[1, 2, 6, 6]);
+                    tensor(s, &[3, 2, 3, 3]);
+                    tensor(s, &[1, 18, 4, 4]);
+                    tensor(s, mask);
+                    tensor(s, &[3]);
+                    for v in [1, 1, 0, 0, 1, 1, 1, 1] {
+                        int(s, v);
+                    }
+                    boolean(s, use_mask);
+                },
+                deform_conv2d,
+            )
+        };
+        assert_eq!(deform(&[1, 1], false), Ok(1728 + 1152));
+        assert_eq!(deform(&[1, 9, 4, 4], true), Ok(1728 + 1152 + 288));
     }
 }

@@ -54,6 +54,14 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::values",
     ],
     DataMovement: [
+        // Index conversions, packing and layout changes (issue 15's operator surface).
+        "aten::_convert_indices_from_coo_to_csr", "aten::_convert_indices_from_csr_to_coo",
+        "aten::_cudnn_rnn_flatten_weight", "aten::_make_per_channel_quantized_tensor",
+        "aten::_make_per_tensor_quantized_tensor", "aten::_nested_tensor_from_mask",
+        "aten::_to_sparse_semi_structured", "aten::_sparse_semi_structured_tile",
+        "aten::_sparse_semi_structured_apply", "aten::_sparse_semi_structured_apply_dense", "aten::_cslt_compress",
+        "aten::_convert_weight_to_int4pack", "aten::_convert_weight_to_int4pack_for_cpu",
+        "aten::_dyn_quant_pack_4bit_weight", "aten::lu_unpack", "aten::_spdiags", "aten::repeat_interleave",
         "aten::clone", "aten::copy_", "aten::_to_copy", "aten::_copy_from", "aten::_copy_from_and_resize",
         "aten::cat", "aten::index_select", "aten::gather", "aten::flip", "aten::roll", "aten::repeat",
         "aten::lift_fresh_copy", "aten::where", "aten::masked_fill", "aten::masked_fill_", "aten::index",
@@ -77,6 +85,7 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::_empty_affine_quantized", "aten::_empty_per_channel_affine_quantized",
     ],
     Creation: [
+        "aten::_fill_mem_eff_dropout_mask_",
         "aten::zeros", "aten::_efficientzerotensor", "aten::zeros_like", "aten::ones", "aten::ones_like", "aten::full", "aten::full_like",
         "aten::fill_", "aten::zero_", "aten::new_zeros", "aten::new_ones", "aten::new_full",
         "aten::scalar_tensor", "aten::arange", "aten::normal_", "aten::uniform_", "aten::random_",
@@ -89,6 +98,7 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::_cudnn_init_dropout_state", "aten::from_file", "aten::_foreach_zero_",
     ],
     Metadata: [
+        "aten::_nested_tensor_from_mask_left_aligned",
         "aten::size", "aten::stride", "aten::_local_scalar_dense", "aten::is_same_size", "aten::q_scale",
         "aten::q_zero_point", "aten::q_per_channel_scales", "aten::q_per_channel_zero_points",
         "aten::q_per_channel_axis", "aten::qscheme", "aten::is_pinned",

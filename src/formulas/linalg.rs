@@ -122,6 +122,80 @@ pub fn svd(args: &Args) -> Result<u64, FormulaError> {
     rounded(batch * per)
 }
 
+/// `cholesky_inverse(L, upper)`: the inverse from a Cholesky factor (`potri`: the triangular
+/// inverse and its product with its transpose), `2/3 n^3`.
+pub fn cholesky_inverse(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, n) = square(args, 0)?;
+    rounded(batch * 2.0 / 3.0 * n.powi(3))
+}
+
+/// `triangular_solve(B, A, upper, transpose, unitriangular)`: one triangular solve, `n^2 k`.
+pub fn triangular_solve(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, n) = square(args, 1)?;
+    rounded(batch * n * n * rhs(args, 0, true)?)
+}
+
+/// Householder QR of an `m x n` matrix (`geqrf`): `2 m n^2 - 2/3 n^3` for `m >= n`, `2 n m^2 -
+/// 2/3 m^3` otherwise.
+fn householder_qr(m: f64, n: f64) -> f64 {
+    let (long, short) = if m >= n { (m, n) } else { (n, m) };
+    2.0 * long * short * short - 2.0 / 3.0 * short.powi(3)
+}
+
+/// `geqrf(A)`.
+pub fn geqrf(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, m, n) = matrices(args, 0)?;
+    rounded(batch * householder_qr(m, n))
+}
+
+/// `linalg_householder_product(A [m, n], tau [k])`: forming `Q` from `k` reflectors
+/// (`orgqr`), `4 m n k - 2 (m + n) k^2 + 4/3 k^3`.
+pub fn householder_product(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, m, n) = matrices(args, 0)?;
+    let tau = require_tensor(args, 1)?;
+    let k = *tau.dims.last().ok_or(FormulaError::UnexpectedShape)? as f64;
+    rounded(batch * (4.0 * m * n * k - 2.0 * (m + n) * k * k + 4.0 / 3.0 * k.powi(3)))
+}
+
+/// `ormqr(A, tau [k], C [m, n], left, transpose)`: applying `k` reflectors to `C`, `4 m n k - 2
+/// n k^2` from the left, `4 m n k - 2 m k^2` from the right.
+pub fn ormqr(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, m, n) = matrices(args, 2)?;
+    let tau = require_tensor(args, 1)?;
+    let k = *tau.dims.last().ok_or(FormulaError::UnexpectedShape)? as f64;
+    let side = if args.bool(3).unwrap_or(true) { n } else { m };
+    rounded(batch * (4.0 * m * n * k - 2.0 * side * k * k))
+}
+
+/// `linalg_lu_factor_ex(A [m, n], pivot, check_errors)`: LU with partial pivoting (`getrf`),
+/// `m n^2 - n^3 / 3` for `m >= n`, `n m^2 - m^3 / 3` otherwise (`2/3 n^3` square).
+pub fn lu_factor(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, m, n) = matrices(args, 0)?;
+    let (long, short) = if m >= n { (m, n) } else { (n, m) };
+    rounded(batch * (long * short * short - short.powi(3) / 3.0))
+}
+
+/// `linalg_lu_solve(LU, pivots, B, left, adjoint)` and `linalg_ldl_solve(LD, pivots, B,
+/// hermitian)`: two triangular solves, `2 n^2 k`.
+pub fn factored_solve(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, n) = square(args, 0)?;
+    let left = !matches!(args.get(3), Some(Arg::Bool(false))) || args.len() < 5;
+    rounded(batch * 2.0 * n * n * rhs(args, 2, left)?)
+}
+
+/// `linalg_ldl_factor_ex(A, hermitian, check_errors)`: symmetric indefinite factorization
+/// (`sytrf`), `1/3 n^3`.
+pub fn ldl_factor(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, n) = square(args, 0)?;
+    rounded(batch * n.powi(3) / 3.0)
+}
+
+/// `_linalg_eigvals(A)`: Hessenberg reduction and QR iteration, eigenvalues only, `10 n^3`.
+pub fn eigvals(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, n) = square(args, 0)?;
+    rounded(batch * 10.0 * n.powi(3))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +280,69 @@ mod tests {
         assert_eq!(svd_of(false, false), Ok(299));
         assert_eq!(svd_of(false, true), Ok(1856));
         assert_eq!(svd_of(true, true), Ok(1920));
+    }
+
+    #[test]
+    fn factorizations_and_solves_of_the_lapack_counts() {
+        let one = |dims: &'static [i64], f: fn(&Args) -> Result<u64, FormulaError>| with_args(|s| tensor(s, dims), f);
+        // n = 6: 2/3 x 216 = 144.
+        assert_eq!(one(&[6, 6], cholesky_inverse), Ok(144));
+        // Two 6 x 6 systems, 3 right-hand sides: 2 x 36 x 3 = 216.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[2, 6, 3]);
+                    tensor(s, &[2, 6, 6]);
+                },
+                triangular_solve
+            ),
+            Ok(216)
+        );
+        // QR of 8 x 4: 2 x 8 x 16 - 2/3 x 64 = 256 - 42.67 = 213; of 4 x 8 the same.
+        assert_eq!(one(&[8, 4], geqrf), Ok(213));
+        assert_eq!(one(&[4, 8], geqrf), Ok(213));
+        // Q of 8 x 4 from 4 reflectors: 4 x 8 x 4 x 4 - 2 x 12 x 16 + 4/3 x 64 = 512 - 384 + 85.33.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[8, 4]);
+                    tensor(s, &[4]);
+                },
+                householder_product
+            ),
+            Ok(213)
+        );
+        // 4 reflectors applied to C 8 x 5 from the left: 4 x 8 x 5 x 4 - 2 x 5 x 16 = 480; right: 640 - 256.
+        let apply = |left: bool| {
+            with_args(
+                move |s| {
+                    tensor(s, &[8, 4]);
+                    tensor(s, &[4]);
+                    tensor(s, &[8, 5]);
+                    boolean(s, left);
+                    boolean(s, false);
+                },
+                ormqr,
+            )
+        };
+        assert_eq!(apply(true), Ok(480));
+        assert_eq!(apply(false), Ok(384));
+        // LU of 6 x 6: 216 - 72 = 144 (2/3 n^3); of 8 x 4: 128 - 21.33.
+        assert_eq!(one(&[6, 6], lu_factor), Ok(144));
+        assert_eq!(one(&[8, 4], lu_factor), Ok(107));
+        // LU solve, n = 6, 3 right-hand sides: 2 x 36 x 3.
+        let solve = with_args(
+            |s| {
+                tensor(s, &[6, 6]);
+                tensor(s, &[6]);
+                tensor(s, &[6, 3]);
+                boolean(s, true);
+                boolean(s, false);
+            },
+            factored_solve,
+        );
+        assert_eq!(solve, Ok(216));
+        assert_eq!(one(&[6, 6], ldl_factor), Ok(72));
+        assert_eq!(one(&[3, 6, 6], eigvals), Ok(3 * 2160));
     }
 }

@@ -123,6 +123,110 @@ pub fn cdist_backward(args: &Args) -> Result<u64, FormulaError> {
     mul_all(&[4, pair_features(args, 1, 2)?])
 }
 
+/// `addr(self, vec1 [n], vec2 [m], beta, alpha)`: the outer product accumulated into `self`, 2
+/// FLOPs per element (a multiply-accumulate each).
+pub fn addr(args: &Args) -> Result<u64, FormulaError> {
+    let numel = |i: usize| require_tensor(args, i).and_then(|t| t.numel().ok_or(FormulaError::Overflow));
+    mul_all(&[2, numel(1)?, numel(2)?])
+}
+
+/// `_foreach_mm(self [[m, k]...], mat2 [[k, n]...])`: one `mm` per pair.
+pub fn foreach_mm(args: &Args) -> Result<u64, FormulaError> {
+    let (left, right) = (
+        args.list_tensors(0).ok_or(FormulaError::MissingArgument(0))?,
+        args.list_tensors(1).ok_or(FormulaError::MissingArgument(1))?,
+    );
+    let mut total = 0u64;
+    for (a, b) in left.zip(right) {
+        let (&[m, k], &[k2, n]) = (a.dims, b.dims) else { return Err(FormulaError::UnexpectedShape) };
+        if k != k2 {
+            return Err(FormulaError::UnexpectedShape);
+        }
+        total = super::add(total, mul_all(&[2, super::product(&[m, k, n])?])?)?;
+    }
+    Ok(total)
+}
+
+/// `_compute_linear_combination(input [m, ...], coefficients [m, n])`: output `j` is
+/// `sum_i c[i, j] * input[i]`, `2 * numel(input) * n`.
+pub fn linear_combination(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?;
+    mul_all(&[2, input, dim(&require_tensor(args, 1)?, 1)?])
+}
+
+/// `2 * numel(activations at a) * n`: a weight-only-quantized product whose weight is unpacked
+/// in the kernel (FLOPs: the activations are floating point).
+fn rows_times(args: &Args, activations: usize, n: u64) -> Result<u64, FormulaError> {
+    mul_all(&[2, require_tensor(args, activations)?.numel().ok_or(FormulaError::Overflow)?, n])
+}
+
+/// `_weight_int8pack_mm(self [M, K], mat2 [N, K] int8, scales [N])`: `2 M N K`.
+pub fn weight_int8pack_mm(args: &Args) -> Result<u64, FormulaError> {
+    rows_times(args, 0, dim(&require_tensor(args, 1)?, 0)?)
+}
+
+/// `_weight_int4pack_mm(self [M, K], mat2 (packed), group_size, scales_and_zeros [K/g, N, 2])`
+/// and `_weight_int4pack_mm_for_cpu`: `2 M N K`, `N` read from the scales.
+pub fn weight_int4pack_mm(args: &Args) -> Result<u64, FormulaError> {
+    rows_times(args, 0, dim(&require_tensor(args, 3)?, 1)?)
+}
+
+/// `_dyn_quant_matmul_4bit(input [..., K], packed, block_size, in_features, out_features)`.
+pub fn dyn_quant_matmul_4bit(args: &Args) -> Result<u64, FormulaError> {
+    let n = u64::try_from(args.int(4).ok_or(FormulaError::MissingArgument(4))?)
+        .map_err(|_| FormulaError::UnexpectedShape)?;
+    rows_times(args, 0, n)
+}
+
+/// `_mixed_dtypes_linear(input [..., K], weight, scale [N], ...)`: one scale per output feature.
+pub fn mixed_dtypes_linear(args: &Args) -> Result<u64, FormulaError> {
+    rows_times(args, 0, require_tensor(args, 2)?.numel().ok_or(FormulaError::Overflow)?)
+}
+
+/// 2:4 semi-structured sparse products count the kept values only (as the sparse family: stored
+/// values): `2 * numel(compressed [m, k/2]) * n`. `_sparse_semi_structured_mm(mat1, mat1_meta,
+/// mat2 [k, n])`.
+pub fn semi_structured_mm(args: &Args) -> Result<u64, FormulaError> {
+    mul_all(&[2, require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?, dim(&require_tensor(args, 2)?, 1)?])
+}
+
+/// `_sparse_semi_structured_addmm(input, mat1, mat1_meta, mat2, ...)`: the product (the added
+/// input not counted, as addmm).
+pub fn semi_structured_addmm(args: &Args) -> Result<u64, FormulaError> {
+    mul_all(&[2, require_tensor(args, 1)?.numel().ok_or(FormulaError::Overflow)?, dim(&require_tensor(args, 3)?, 1)?])
+}
+
+/// `_sparse_semi_structured_linear(input [..., K], weight [N, K/2], meta, ...)`.
+pub fn semi_structured_linear(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let k = input
+        .dims
+        .last()
+        .and_then(|&k| u64::try_from(k).ok())
+        .filter(|&k| k > 0)
+        .ok_or(FormulaError::UnexpectedShape)?;
+    let rows = input.numel().ok_or(FormulaError::Overflow)? / k;
+    mul_all(&[2, rows, require_tensor(args, 1)?.numel().ok_or(FormulaError::Overflow)?])
+}
+
+/// Pairs times features of `pdist(x [N, M])`: `N (N - 1) / 2 * M`.
+fn pdist_pairs(args: &Args, x: usize) -> Result<u64, FormulaError> {
+    let x = require_tensor(args, x)?;
+    let (&[n, m], true) = (x.dims, true) else { return Err(FormulaError::UnexpectedShape) };
+    let n = u64::try_from(n).map_err(|_| FormulaError::UnexpectedShape)?;
+    mul(mul(n, n.saturating_sub(1))? / 2, u64::try_from(m).map_err(|_| FormulaError::UnexpectedShape)?)
+}
+
+/// `_pdist_forward(self, p)`: `cdist`'s 3 FLOPs per pair and feature.
+pub fn pdist(args: &Args) -> Result<u64, FormulaError> {
+    mul(pdist_pairs(args, 0)?, 3)
+}
+
+/// `_pdist_backward(grad, self, p, pdist)`: `cdist`'s backward, 4 per pair and feature.
+pub fn pdist_backward(args: &Args) -> Result<u64, FormulaError> {
+    mul(pdist_pairs(args, 1)?, 4)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,5 +432,147 @@ mod tests {
             addmm_activation,
         );
         assert_eq!(f, Ok(49_920));
+    }
+
+    #[test]
+    fn outer_products_lists_and_combinations() {
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[3, 4]);
+                    tensor(s, &[3]);
+                    tensor(s, &[4]);
+                },
+                addr
+            ),
+            Ok(24)
+        );
+        // [2,3]@[3,4] and [1,5]@[5,2]: 2 x 24 + 2 x 10.
+        let f = with_args(
+            |s| {
+                tensors(s, &[&[2, 3], &[1, 5]]);
+                tensors(s, &[&[3, 4], &[5, 2]]);
+            },
+            foreach_mm,
+        );
+        assert_eq!(f, Ok(68));
+        // input [3, 2, 2] (m = 3), coefficients [3, 5]: 2 x 12 x 5.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[3, 2, 2]);
+                    tensor(s, &[3, 5]);
+                },
+                linear_combination
+            ),
+            Ok(120)
+        );
+    }
+
+    #[test]
+    fn weight_only_quantized_and_semi_structured_products() {
+        // [4, 8] activations, 6 outputs: 2 x 4 x 8 x 6 = 384.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[4, 8]);
+                    tensor(s, &[6, 8]);
+                    tensor(s, &[6]);
+                },
+                weight_int8pack_mm
+            ),
+            Ok(384)
+        );
+        let int4 = with_args(
+            |s| {
+                tensor(s, &[4, 8]);
+                tensor(s, &[1, 1, 32, 4]);
+                int(s, 32);
+                tensor(s, &[1, 6, 2]);
+            },
+            weight_int4pack_mm,
+        );
+        assert_eq!(int4, Ok(384));
+        let dynamic = with_args(
+            |s| {
+                tensor(s, &[4, 8]);
+                tensor(s, &[100]);
+                int(s, 32);
+                int(s, 8);
+                int(s, 6);
+            },
+            dyn_quant_matmul_4bit,
+        );
+        assert_eq!(dynamic, Ok(384));
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[4, 8]);
+                    tensor(s, &[8, 6]);
+                    tensor(s, &[6]);
+                },
+                mixed_dtypes_linear
+            ),
+            Ok(384)
+        );
+        // 2:4 sparse [6, 8] kept as [6, 4], times [8, 3]: 2 x 24 x 3 = 144 (the dense 288 halved).
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[6, 4]);
+                    tensor(s, &[6, 1]);
+                    tensor(s, &[8, 3]);
+                },
+                semi_structured_mm
+            ),
+            Ok(144)
+        );
+        let addmm = with_args(
+            |s| {
+                tensor(s, &[6, 3]);
+                tensor(s, &[6, 4]);
+                tensor(s, &[6, 1]);
+                tensor(s, &[8, 3]);
+            },
+            semi_structured_addmm,
+        );
+        assert_eq!(addmm, Ok(144));
+        // input [5, 8], weight [6, 8] kept as [6, 4]: 2 x 5 x 24 = 240.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[5, 8]);
+                    tensor(s, &[6, 4]);
+                    tensor(s, &[6, 1]);
+                },
+                semi_structured_linear
+            ),
+            Ok(240)
+        );
+    }
+
+    #[test]
+    fn pdist_counts_each_pair_once() {
+        // 5 points of 6 features: 10 pairs x 6 x 3 = 180; backward 10 x 6 x 4 = 240.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[5, 6]);
+                    double(s, 2.0);
+                },
+                pdist
+            ),
+            Ok(180)
+        );
+        let backward = with_args(
+            |s| {
+                tensor(s, &[10]);
+                tensor(s, &[5, 6]);
+                double(s, 2.0);
+                tensor(s, &[10]);
+            },
+            pdist_backward,
+        );
+        assert_eq!(backward, Ok(240));
     }
 }

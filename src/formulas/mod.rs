@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod conv_backends;
 pub mod detection;
 pub mod docs;
 pub mod fft;
@@ -308,6 +309,74 @@ const COMPOSITE_KERNEL: &Convention = &Convention {
     rule: "none of its own: its nested operators are counted (the kernel dispatches them)",
     source: TORCHSCAN,
 };
+const BACKEND_CONV: &Convention = &Convention {
+    rule: "priced only when called directly (aten::convolution claims it when it dispatches it): 2 FLOPs per \
+           multiply-accumulate, bias not counted; a fused ReLU adds 1 per output element, an add-ReLU 3",
+    source: FLOP_COUNTER,
+};
+const SYNC_BATCH_NORM: &Convention = &Convention {
+    rule: "SyncBatchNorm's pieces split the training counts per element: statistics 2, normalization 2 (+1 \
+           affine); backward reductions 4, elementwise gradient 4 (+2 affine); 4 per gathered statistic",
+    source: TORCHSCAN,
+};
+const RNN_CELLS: &Convention = &Convention {
+    rule: "the gate arithmetic per hidden unit and batch row after the two gate products: LSTM 13 (4 sums + 9), \
+           GRU 11; biases not counted; backward 2x",
+    source: TORCHSCAN,
+};
+const WHOLE_RNN: &Convention = &Convention {
+    rule: "per time step and batch row and layer-direction: 2 G (I + P) for the products, the gates (LSTM G + 9H, \
+           GRU 11H, tanh/ReLU G + H), a projection 2 H P; backward 2x",
+    source: TORCHSCAN,
+};
+const WEIGHT_ONLY_QUANTIZED: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate: the activations are floating point, the low-bit weight is unpacked \
+           and scaled in the kernel (not counted)",
+    source: TORCHSCAN,
+};
+const SEMI_STRUCTURED: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate of the kept (stored) values of a 2:4 sparse operand: half the dense count",
+    source: TORCHSCAN,
+};
+const OUTER_PRODUCT: &Convention =
+    &Convention { rule: "2 FLOPs per output element: a multiply-accumulate into the input", source: TORCHSCAN };
+const LINEAR_COMBINATION: &Convention =
+    &Convention { rule: "2 FLOPs per multiply-accumulate: 2 numel(input) n", source: TORCHSCAN };
+const QKV_RESCALE: &Convention = &Convention {
+    rule: "1 FLOP per element for the bias, 1 per query element for its 1/sqrt(head_dim) scale",
+    source: TORCHSCAN,
+};
+const PAD_BACKWARD: &Convention = &Convention {
+    rule: "1 add per gradient of a padded position (numel(grad_output) - numel(input))",
+    source: TORCHSCAN,
+};
+const ANTIALIAS: &Convention = &Convention {
+    rule: "1 FLOP per filter tap per output element of each separable pass (width, then height), the filter \
+           window widened by the scale when downsampling and clipped at the borders, as PyTorch's kernel",
+    source: TORCHSCAN,
+};
+const LAPACK_FACTORIZATIONS: &Convention = &Convention {
+    rule: "LAPACK Working Note 41 counts per matrix: QR 2mn^2 - 2/3 n^3, forming Q 4mnk - 2(m+n)k^2 + 4/3 k^3, \
+           applying Q 4mnk - 2nk^2, LU mn^2 - n^3/3, LDL 1/3 n^3, a factored solve 2 n^2 k, the inverse from \
+           Cholesky 2/3 n^3, eigenvalues only 10 n^3",
+    source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
+};
+const SEARCHING: &Convention = &Convention {
+    rule: "ceil(log2(n + 1)) comparisons per value searched among n; mode a sort and a pass; unique_consecutive \
+           1 per element; unique_dim r ceil(log2 r) + r slice comparisons of w elements; histogram as histc (+ a \
+           search per value given edges, + 2 per bin for density)",
+    source: TORCHSCAN,
+};
+const DEFORMABLE: &Convention = &Convention {
+    rule: "the convolution's 2 FLOPs per multiply-accumulate, and 4 bilinear taps (+1 with a mask) per sampled \
+           column value; backward 2x",
+    source: TORCHSCAN,
+};
+const AFFINE_GRID: &Convention = &Convention {
+    rule: "per grid point, each of its 2 coordinates a 3-term product with theta: 8 FLOPs; backward 12 (the \
+           gradient's outer product)",
+    source: TORCHSCAN,
+};
 const SOFTMAX: &Convention = &Convention { rule: "per element: forward 5 FLOPs, backward 4", source: TORCHSCAN };
 const SDPA: &Convention = &Convention {
     rule: "QK^T and AV products at 2 FLOPs per multiply-accumulate; causal not halved",
@@ -416,6 +485,24 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::convolution", Conv, conv::convolution, PYTORCH),
     row!("aten::_convolution", Conv, conv::convolution, PYTORCH),
     row!("aten::convolution_backward", Conv, conv::convolution_backward, GROUPED_WGRAD),
+    row!("aten::_slow_conv2d_forward", Conv, conv_backends::slow, BACKEND_CONV),
+    row!("aten::slow_conv3d_forward", Conv, conv_backends::slow, BACKEND_CONV),
+    row!("aten::slow_conv_dilated2d", Conv, conv_backends::slow, BACKEND_CONV),
+    row!("aten::slow_conv_dilated3d", Conv, conv_backends::slow, BACKEND_CONV),
+    row!("aten::_conv_depthwise2d", Conv, conv_backends::slow, BACKEND_CONV),
+    row!("aten::conv_depthwise3d", Conv, conv_backends::slow, BACKEND_CONV),
+    row!("aten::slow_conv_transpose2d", Conv, conv_backends::slow_transpose, BACKEND_CONV),
+    row!("aten::slow_conv_transpose3d", Conv, conv_backends::slow_transpose, BACKEND_CONV),
+    row!("aten::_slow_conv2d_backward", Conv, conv_backends::slow_backward, BACKEND_CONV),
+    row!("aten::cudnn_convolution", Conv, conv_backends::cudnn, BACKEND_CONV),
+    row!("aten::cudnn_convolution_transpose", Conv, conv_backends::cudnn_transpose, BACKEND_CONV),
+    row!("aten::cudnn_convolution_relu", Conv, conv_backends::relu, BACKEND_CONV),
+    row!("aten::cudnn_convolution_add_relu", Conv, conv_backends::add_relu, BACKEND_CONV),
+    row!("aten::miopen_convolution", Conv, conv_backends::miopen, BACKEND_CONV),
+    row!("aten::miopen_depthwise_convolution", Conv, conv_backends::miopen, BACKEND_CONV),
+    row!("aten::miopen_convolution_transpose", Conv, conv_backends::miopen_transpose, BACKEND_CONV),
+    row!("aten::miopen_convolution_relu", Conv, conv_backends::relu, BACKEND_CONV),
+    row!("aten::miopen_convolution_add_relu", Conv, conv_backends::add_relu, BACKEND_CONV),
     // Attention kernels (forward: q, k, v first; backward: grad_out, q, k, v first).
     row!("aten::_scaled_dot_product_flash_attention_for_cpu", Attention, attention::sdpa_forward, SDPA),
     row!("aten::_scaled_dot_product_flash_attention", Attention, attention::sdpa_forward, SDPA),
@@ -936,6 +1023,142 @@ pub static FORMULAS: &[Formula] = &[
     // Pairwise distances.
     row!("aten::_cdist_forward", Matmul, matmul::cdist, DISTANCE),
     row!("aten::_cdist_backward", Matmul, matmul::cdist_backward, DISTANCE),
+    // Backend and legacy variants of the families above (issue 15: the whole operator surface).
+    row!("aten::_batch_norm_with_update", Normalization, norm::batch_norm_with_update, NORM),
+    row!("aten::cudnn_batch_norm", Normalization, norm::batch_norm, NORM),
+    row!("aten::miopen_batch_norm", Normalization, norm::batch_norm, NORM),
+    row!("aten::batch_norm_backward", Normalization, norm::batch_norm_backward, NORM),
+    row!("aten::cudnn_batch_norm_backward", Normalization, norm::backend_batch_norm_backward, NORM),
+    row!("aten::miopen_batch_norm_backward", Normalization, norm::backend_batch_norm_backward, NORM),
+    row!("aten::batch_norm_stats", Normalization, norm::sync_stats, SYNC_BATCH_NORM),
+    row!("aten::batch_norm_update_stats", Normalization, norm::sync_stats, SYNC_BATCH_NORM),
+    row!("aten::batch_norm_gather_stats", Normalization, norm::sync_gather, SYNC_BATCH_NORM),
+    row!("aten::batch_norm_gather_stats_with_counts", Normalization, norm::sync_gather, SYNC_BATCH_NORM),
+    row!("aten::batch_norm_elemt", Normalization, norm::sync_elemt, SYNC_BATCH_NORM),
+    row!("aten::batch_norm_backward_reduce", Normalization, norm::sync_backward_reduce, SYNC_BATCH_NORM),
+    row!("aten::batch_norm_backward_elemt", Normalization, norm::sync_backward_elemt, SYNC_BATCH_NORM),
+    row!("aten::_cudnn_attention_forward", Attention, attention::sdpa_forward, SDPA),
+    row!("aten::_cudnn_attention_backward", Attention, attention::sdpa_backward, SDPA),
+    row!("aten::_triton_scaled_dot_attention", Attention, attention::sdpa_forward, SDPA),
+    row!("aten::_flash_attention_forward_no_dropout_inplace", Attention, attention::sdpa_forward_into, SDPA),
+    row!("aten::_triton_multi_head_attention", Attention, attention::native_multi_head_attention, MHA),
+    row!("aten::_transform_bias_rescale_qkv", Attention, attention::transform_bias_rescale_qkv, QKV_RESCALE),
+    row!("aten::_masked_softmax", Softmax, softmax::forward, SOFTMAX),
+    row!("aten::_masked_softmax_backward", Softmax, softmax::backward, SOFTMAX),
+    pointwise!("aten::__lshift__"),
+    pointwise!("aten::__rshift__"),
+    pointwise!("aten::__ilshift__"),
+    pointwise!("aten::__irshift__"),
+    pointwise!("aten::gcd"),
+    pointwise!("aten::lcm"),
+    pointwise!("aten::polar"),
+    pointwise!("aten::_standard_gamma_grad"),
+    pointwise!("aten::_dirichlet_grad"),
+    row!("aten::glu_jvp", Pointwise, pointwise::per_tensor_element::<0, 1>, PER_ELEMENT),
+    row!("aten::glu_backward_jvp", Pointwise, pointwise::per_tensor_element::<0, 1>, PER_ELEMENT),
+    // The learnable fake quantizations' backward: twice the forward's 6 per element.
+    row!(
+        "aten::_fake_quantize_learnable_per_tensor_affine_backward",
+        Pointwise,
+        pointwise::per_tensor_element::<1, 12>,
+        FAKE_QUANTIZE
+    ),
+    row!(
+        "aten::_fake_quantize_learnable_per_channel_affine_backward",
+        Pointwise,
+        pointwise::per_tensor_element::<1, 12>,
+        FAKE_QUANTIZE
+    ),
+    row!("aten::mvlgamma", Pointwise, descend, COMPOSITE_KERNEL),
+    row!("aten::linalg__powsum", Reduction, pointwise::per_tensor_element::<0, 3>, THREE),
+    row!("aten::hash_tensor", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::segment_reduce", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::_segment_reduce_backward", Reduction, pointwise::per_tensor_element::<2, 1>, PER_INPUT),
+    row!("aten::index_reduce", Reduction, pointwise::per_tensor_element::<3, 1>, SCATTER),
+    row!("aten::put_", Reduction, select::put, SCATTER),
+    row!(
+        "aten::_embedding_bag_per_sample_weights_backward",
+        Reduction,
+        select::embedding_bag_per_sample_weights_backward,
+        SCATTER
+    ),
+    row!("aten::embedding_renorm_", Reduction, descend, COMPOSITE_KERNEL),
+    row!("aten::renorm", Reduction, descend, COMPOSITE_KERNEL),
+    row!("aten::reflection_pad1d_backward", Reduction, reduction::pad_backward, PAD_BACKWARD),
+    row!("aten::reflection_pad2d_backward", Reduction, reduction::pad_backward, PAD_BACKWARD),
+    row!("aten::reflection_pad3d_backward", Reduction, reduction::pad_backward, PAD_BACKWARD),
+    row!("aten::replication_pad1d_backward", Reduction, reduction::pad_backward, PAD_BACKWARD),
+    row!("aten::replication_pad2d_backward", Reduction, reduction::pad_backward, PAD_BACKWARD),
+    row!("aten::replication_pad3d_backward", Reduction, reduction::pad_backward, PAD_BACKWARD),
+    row!("aten::adaptive_avg_pool2d", Pooling, descend, COMPOSITE_KERNEL),
+    row!("aten::adaptive_avg_pool3d", Pooling, descend, COMPOSITE_KERNEL),
+    row!("aten::adaptive_avg_pool3d_backward", Pooling, pool::adaptive_avg_pool_backward::<3>, WINDOW),
+    row!("aten::_upsample_bilinear2d_aa", Interpolation, interpolate::antialias::<1>, ANTIALIAS),
+    row!("aten::_upsample_bicubic2d_aa", Interpolation, interpolate::antialias::<2>, ANTIALIAS),
+    row!("aten::_upsample_lanczos2d_aa", Interpolation, interpolate::antialias::<3>, ANTIALIAS),
+    row!("aten::_upsample_bilinear2d_aa_backward", Interpolation, interpolate::antialias_backward::<1>, ANTIALIAS),
+    row!("aten::_upsample_bicubic2d_aa_backward", Interpolation, interpolate::antialias_backward::<2>, ANTIALIAS),
+    row!("aten::_upsample_lanczos2d_aa_backward", Interpolation, interpolate::antialias_backward::<3>, ANTIALIAS),
+    row!("aten::cudnn_grid_sampler", Interpolation, interpolate::cudnn_grid_sampler, GRID),
+    row!("aten::cudnn_grid_sampler_backward", Interpolation, interpolate::cudnn_grid_sampler_backward, GRID),
+    row!("aten::cudnn_affine_grid_generator", Matmul, interpolate::affine_grid, AFFINE_GRID),
+    row!("aten::cudnn_affine_grid_generator_backward", Matmul, interpolate::affine_grid_backward, AFFINE_GRID),
+    row!("aten::addr", Matmul, matmul::addr, OUTER_PRODUCT),
+    row!("aten::sspaddmm", Matmul, matmul::addmm, SPARSE_MACS, sparse: sparse::addmm),
+    row!("aten::_foreach_mm", Matmul, matmul::foreach_mm, PYTORCH),
+    row!("aten::_compute_linear_combination", Matmul, matmul::linear_combination, LINEAR_COMBINATION),
+    row!("aten::_weight_int8pack_mm", Matmul, matmul::weight_int8pack_mm, WEIGHT_ONLY_QUANTIZED),
+    row!("aten::_weight_int4pack_mm", Matmul, matmul::weight_int4pack_mm, WEIGHT_ONLY_QUANTIZED),
+    row!("aten::_weight_int4pack_mm_for_cpu", Matmul, matmul::weight_int4pack_mm, WEIGHT_ONLY_QUANTIZED),
+    row!("aten::_dyn_quant_matmul_4bit", Matmul, matmul::dyn_quant_matmul_4bit, WEIGHT_ONLY_QUANTIZED),
+    row!("aten::_mixed_dtypes_linear", Matmul, matmul::mixed_dtypes_linear, WEIGHT_ONLY_QUANTIZED),
+    row!("aten::_sparse_semi_structured_mm", Matmul, matmul::semi_structured_mm, SEMI_STRUCTURED),
+    row!("aten::_sparse_semi_structured_addmm", Matmul, matmul::semi_structured_addmm, SEMI_STRUCTURED),
+    row!("aten::_sparse_semi_structured_linear", Matmul, matmul::semi_structured_linear, SEMI_STRUCTURED),
+    row!("aten::_pdist_forward", Matmul, matmul::pdist, DISTANCE),
+    row!("aten::_pdist_backward", Matmul, matmul::pdist_backward, DISTANCE),
+    row!("aten::_thnn_fused_lstm_cell", Pointwise, rnn::fused_lstm_cell, RNN_CELLS),
+    row!("aten::_thnn_fused_lstm_cell_backward_impl", Pointwise, rnn::fused_lstm_cell_backward, RNN_CELLS),
+    row!("aten::_thnn_fused_gru_cell", Pointwise, rnn::fused_gru_cell, RNN_CELLS),
+    row!("aten::_thnn_fused_gru_cell_backward", Pointwise, rnn::fused_gru_cell_backward, RNN_CELLS),
+    row!("aten::_cudnn_rnn", Matmul, rnn::cudnn_rnn, WHOLE_RNN),
+    row!("aten::_cudnn_rnn_backward", Matmul, rnn::whole_rnn_backward, WHOLE_RNN),
+    row!("aten::miopen_rnn", Matmul, rnn::miopen_rnn, WHOLE_RNN),
+    row!("aten::miopen_rnn_backward", Matmul, rnn::whole_rnn_backward, WHOLE_RNN),
+    row!("aten::_cudnn_ctc_loss", Loss, loss::ctc_loss, CTC),
+    row!("aten::miopen_ctc_loss", Loss, loss::ctc_loss, CTC),
+    row!("aten::cholesky", LinearAlgebra, linalg::cholesky, LAPACK),
+    row!("aten::cholesky_inverse", LinearAlgebra, linalg::cholesky_inverse, LAPACK_FACTORIZATIONS),
+    row!("aten::triangular_solve", LinearAlgebra, linalg::triangular_solve, LAPACK),
+    row!("aten::geqrf", LinearAlgebra, linalg::geqrf, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_householder_product", LinearAlgebra, linalg::householder_product, LAPACK_FACTORIZATIONS),
+    row!("aten::ormqr", LinearAlgebra, linalg::ormqr, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_lu_factor_ex", LinearAlgebra, linalg::lu_factor, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_lu_solve", LinearAlgebra, linalg::factored_solve, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_ldl_factor_ex", LinearAlgebra, linalg::ldl_factor, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_ldl_solve", LinearAlgebra, linalg::factored_solve, LAPACK_FACTORIZATIONS),
+    row!("aten::_linalg_eigvals", LinearAlgebra, linalg::eigvals, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_eigvals", LinearAlgebra, descend, COMPOSITE_KERNEL),
+    row!("aten::linalg_lu", LinearAlgebra, descend, COMPOSITE_KERNEL),
+    row!("aten::linalg_matrix_exp", LinearAlgebra, descend, COMPOSITE_KERNEL),
+    row!("aten::searchsorted", Reduction, select::searchsorted, SEARCHING),
+    row!("aten::bucketize", Reduction, select::bucketize, SEARCHING),
+    row!("aten::mode", Reduction, select::mode, SEARCHING),
+    row!("aten::_unique", Reduction, select::unique, SORTING),
+    row!("aten::unique_consecutive", Reduction, select::unique_consecutive, SEARCHING),
+    row!("aten::unique_dim_consecutive", Reduction, select::unique_consecutive, SEARCHING),
+    row!("aten::unique_dim", Reduction, select::unique_dim, SEARCHING),
+    row!("aten::histogram", Reduction, select::histogram, SEARCHING),
+    row!("aten::_histogramdd_bin_edges", Reduction, select::histogramdd_bin_edges, SEARCHING),
+    row!("aten::_histogramdd_from_bin_cts", Reduction, select::histogramdd_from_bin_cts, SEARCHING),
+    row!("aten::_histogramdd_from_bin_tensors", Reduction, select::histogramdd_from_bin_tensors, SEARCHING),
+    row!("torchvision::qnms", Reduction, detection::nms, NMS),
+    row!("torchvision::qroi_align", Pooling, detection::qroi_align, ROI_ALIGN),
+    row!("torchvision::ps_roi_align", Pooling, detection::ps_roi_align, ROI_ALIGN),
+    row!("torchvision::_ps_roi_align_backward", Pooling, detection::ps_roi_align_backward, ROI_ALIGN),
+    row!("torchvision::_roi_pool_backward", Pooling, detection::roi_pool_backward, ROUTE),
+    row!("torchvision::deform_conv2d", Conv, detection::deform_conv2d, DEFORMABLE),
+    row!("torchvision::_deform_conv2d_backward", Conv, detection::deform_conv2d_backward, DEFORMABLE),
 ];
 
 /// What the registry says about one operator name.
@@ -1105,9 +1328,10 @@ mod tests {
         use crate::args::build::*;
         // A [2,3] tensor and a [3] tensor (lists for _foreach_* rows, a bool where accumulate
         // sits): every pointwise row gives 6, every foreach row K x 6.
-        // Rows priced by one tensor (`per_tensor_element`) and fused optimizer steps have
+        // Rows priced by one tensor (`per_tensor_element`), fused optimizer steps and cells, and
+        // composite kernels (`descend`, their nested operators count) have
         // hand-computed tests of their own.
-        let own_tests = ["per_tensor_element", "fused_"];
+        let own_tests = ["per_tensor_element", "fused_", "descend"];
         let mut used = std::collections::BTreeSet::new();
         let broadcast =
             |f: &&Formula| f.category == Category::Pointwise && !own_tests.iter().any(|k| f.formula.contains(k));

@@ -99,6 +99,50 @@ pub fn weight_norm_backward(args: &Args) -> Result<u64, FormulaError> {
     numel_times(1, args, 6)
 }
 
+/// `_batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps)`:
+/// training mode always (it updates the running statistics).
+pub fn batch_norm_with_update(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(0, args, per_element(true, args.has_tensor(1)))
+}
+
+/// `cudnn_batch_norm_backward` / `miopen_batch_norm_backward(input, grad_output, weight, ...)`:
+/// these kernels back training-mode normalization only; twice the forward.
+pub fn backend_batch_norm_backward(args: &Args) -> Result<u64, FormulaError> {
+    mul(numel_times(0, args, per_element(true, args.has_tensor(2)))?, 2)
+}
+
+// SyncBatchNorm's kernels split the same per-element counts across ranks: the training forward's
+// 4 (5 affine) is the statistics' 2 and the normalization's 2 (+1 affine); the backward's 8 (10
+// affine) is the reductions' 4 and the elementwise gradient's 4 (+2 affine). Combining the
+// ranks' statistics costs 4 per gathered statistic.
+
+/// `batch_norm_stats(input, eps)` and `batch_norm_update_stats(input, running_mean,
+/// running_var, momentum)`: the statistics, 2 per input element.
+pub fn sync_stats(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(0, args, 2)
+}
+
+/// `batch_norm_gather_stats(input, mean [ranks, C], invstd, ...)` and `..._with_counts`.
+pub fn sync_gather(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(1, args, 4)
+}
+
+/// `batch_norm_elemt(input, weight, bias, mean, invstd, eps)`: 2 per element, 3 affine.
+pub fn sync_elemt(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(0, args, 2 + u64::from(args.has_tensor(1)))
+}
+
+/// `batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, ...)`: 4 per element.
+pub fn sync_backward_reduce(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(1, args, 4)
+}
+
+/// `batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)`:
+/// 4 per element, 6 affine.
+pub fn sync_backward_elemt(args: &Args) -> Result<u64, FormulaError> {
+    numel_times(1, args, 4 + 2 * u64::from(args.has_tensor(4)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +353,75 @@ mod tests {
             weight_norm_backward,
         );
         assert_eq!(wn_backward, Ok(120));
+    }
+
+    #[test]
+    fn backend_and_sync_batch_norm_kernels() {
+        // [2, 3, 4] input, affine: training forward 5 x 24 = 120, backward 240.
+        let input = |s: &mut Vec<i64>| tensor(s, &[2, 3, 4]);
+        let with_update = with_args(
+            |s| {
+                input(s);
+                tensor(s, &[3]);
+                tensor(s, &[3]);
+                tensor(s, &[3]);
+                tensor(s, &[3]);
+                double(s, 0.1);
+                double(s, 1e-5);
+            },
+            batch_norm_with_update,
+        );
+        assert_eq!(with_update, Ok(120));
+        let backward = with_args(
+            |s| {
+                input(s);
+                input(s);
+                tensor(s, &[3]);
+            },
+            backend_batch_norm_backward,
+        );
+        assert_eq!(backward, Ok(240));
+        // SyncBatchNorm: stats 48 + elemt 72 = the forward's 120; reduce 96 + elemt 144 = 240.
+        assert_eq!(
+            with_args(
+                |s| {
+                    input(s);
+                    double(s, 1e-5);
+                },
+                sync_stats
+            ),
+            Ok(48)
+        );
+        let elemt = with_args(
+            |s| {
+                input(s);
+                tensor(s, &[3]);
+                tensor(s, &[3]);
+                tensor(s, &[3]);
+                tensor(s, &[3]);
+            },
+            sync_elemt,
+        );
+        assert_eq!(elemt, Ok(72));
+        let grads = |s: &mut Vec<i64>| {
+            input(s);
+            input(s);
+            tensor(s, &[3]);
+            tensor(s, &[3]);
+            tensor(s, &[3]);
+        };
+        assert_eq!(with_args(grads, sync_backward_reduce), Ok(96));
+        assert_eq!(with_args(grads, sync_backward_elemt), Ok(144));
+        // Two ranks' statistics of 3 channels: 4 x 6.
+        assert_eq!(
+            with_args(
+                |s| {
+                    input(s);
+                    tensor(s, &[2, 3]);
+                },
+                sync_gather
+            ),
+            Ok(24)
+        );
     }
 }

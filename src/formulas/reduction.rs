@@ -45,6 +45,15 @@ pub fn index_put(args: &Args) -> Result<u64, FormulaError> {
     Ok(values.max(mul(count, trailing)?))
 }
 
+/// `reflection_pad{1,2,3}d_backward` and `replication_pad{1,2,3}d_backward(grad_output, self,
+/// padding)`: every padded position's gradient is added into the element it copied, one add per
+/// `grad_output` element beyond the input's.
+pub fn pad_backward(args: &Args) -> Result<u64, FormulaError> {
+    let grad = require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?;
+    let input = require_tensor(args, 1)?.numel().ok_or(FormulaError::Overflow)?;
+    grad.checked_sub(input).ok_or(FormulaError::UnexpectedShape)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +115,21 @@ mod tests {
         assert_eq!(put(false, &[6, 4]), Ok(0));
         // A scalar value broadcast to the 6 indexed rows of 4.
         assert_eq!(put(true, &[]), Ok(24));
+    }
+
+    #[test]
+    fn padding_backward_adds_the_padded_gradients() {
+        // [1, 2, 4] padded to [1, 2, 7]: 6 of the 14 gradients are added into the 8 inputs.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[1, 2, 7]);
+                    tensor(s, &[1, 2, 4]);
+                    ints(s, &[2, 1]);
+                },
+                pad_backward
+            ),
+            Ok(6)
+        );
     }
 }

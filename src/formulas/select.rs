@@ -15,7 +15,17 @@
 //!   when `min == max` (the data's own minimum and maximum are computed first);
 //! - scattered accumulation (`scatter_add`, `scatter_reduce`, `scatter` with `reduce`,
 //!   `index_add`, `_embedding_bag` and its gradients): 1 per element accumulated (+1 for a
-//!   multiply: `index_add`'s `alpha`, per-sample weights); a plain `scatter` is a copy (0).
+//!   multiply: `index_add`'s `alpha`, per-sample weights); a plain `scatter` is a copy (0);
+//! - binary searches (`searchsorted`, `bucketize`): `ceil(log2(n + 1))` comparisons per value
+//!   searched among `n` boundaries;
+//! - `mode`: a sort of each row and a pass counting its runs (`n` more);
+//! - `unique_consecutive` and `unique_dim_consecutive`: one comparison per element; `unique_dim`
+//!   sorts the slices along `dim` (`r ceil(log2 r)` slice comparisons of `w` elements) and
+//!   compares neighbours (`r w`);
+//! - `histogram` and `histogramdd`: `histc`'s 3 per element with a bin count (2 per coordinate
+//!   and 1 increment per sample for `histogramdd`), + 2 per element when the range comes from the
+//!   data; a binary search per coordinate and an increment with bin edges given; + 2 per bin for
+//!   `density`.
 
 use super::{add, ceil_log2, dim, mul, require_tensor, FormulaError};
 use crate::args::{Arg, Args};
@@ -163,6 +173,121 @@ pub fn trace(args: &Args) -> Result<u64, FormulaError> {
         return Err(FormulaError::UnexpectedShape);
     }
     Ok(dim(&t, 0)?.min(dim(&t, 1)?))
+}
+
+fn numel(args: &Args, index: usize) -> Result<u64, FormulaError> {
+    require_tensor(args, index)?.numel().ok_or(FormulaError::Overflow)
+}
+
+/// A binary search among `n` boundaries: `ceil(log2(n + 1))` comparisons.
+fn search(n: u64) -> u64 {
+    ceil_log2(n.saturating_add(1))
+}
+
+/// `searchsorted(sorted_sequence [..., n], self, ...)` (`self` a tensor or a scalar).
+pub fn searchsorted(args: &Args) -> Result<u64, FormulaError> {
+    let sequence = require_tensor(args, 0)?;
+    let n = sequence.dims.last().map_or(Ok(1), |_| dim(&sequence, sequence.dims.len() - 1))?;
+    let values = args.tensor(1).map_or(Ok(1), |t| t.numel().ok_or(FormulaError::Overflow))?;
+    mul(values, search(n))
+}
+
+/// `bucketize(self, boundaries [n], ...)` (`self` a tensor or a scalar).
+pub fn bucketize(args: &Args) -> Result<u64, FormulaError> {
+    let values = args.tensor(0).map_or(Ok(1), |t| t.numel().ok_or(FormulaError::Overflow))?;
+    mul(values, search(numel(args, 1)?))
+}
+
+/// `mode(self, dim, keepdim)`.
+pub fn mode(args: &Args) -> Result<u64, FormulaError> {
+    let (rows, n) = rows_along(args, 0, args.int(1).unwrap_or(-1))?;
+    add(sorted_rows(rows, n)?, mul(rows, n)?)
+}
+
+/// `unique_consecutive(self, ...)` and `unique_dim_consecutive(self, dim, ...)`.
+pub fn unique_consecutive(args: &Args) -> Result<u64, FormulaError> {
+    numel(args, 0)
+}
+
+/// `unique_dim(self, dim, sorted, return_inverse, return_counts)`.
+pub fn unique_dim(args: &Args) -> Result<u64, FormulaError> {
+    let (width, rows) = rows_along(args, 0, args.int(1).ok_or(FormulaError::MissingArgument(1))?)?;
+    mul(add(mul(rows, ceil_log2(rows))?, rows)?, width)
+}
+
+/// `put_(self, index, source, accumulate)`: one add per `source` element when accumulating, a
+/// copy otherwise.
+pub fn put(args: &Args) -> Result<u64, FormulaError> {
+    if args.bool(3).unwrap_or(false) {
+        numel(args, 2)
+    } else {
+        Ok(0)
+    }
+}
+
+/// `_embedding_bag_per_sample_weights_backward(grad [B, D], weight [V, D], indices [n], ...)`:
+/// one dot product of the embedding width per looked-up index.
+pub fn embedding_bag_per_sample_weights_backward(args: &Args) -> Result<u64, FormulaError> {
+    let width = dim(&require_tensor(args, 0)?, 1)?;
+    mul(mul(numel(args, 2)?, width)?, 2)
+}
+
+/// `histogram.bin_ct(self, bins, range, weight, density)` and `histogram.bins_tensor(self, bins,
+/// weight, density)`.
+pub fn histogram(args: &Args) -> Result<u64, FormulaError> {
+    let n = numel(args, 0)?;
+    let (binning, bins, density) = match args.get(1) {
+        Some(Arg::Int(bins)) => {
+            let from_data = matches!(args.get(2), Some(Arg::None) | None);
+            (if from_data { 5 } else { 3 }, u64::try_from(bins).map_err(|_| FormulaError::UnexpectedShape)?, 4)
+        }
+        Some(Arg::Tensor(edges)) => {
+            let edges = edges.numel().ok_or(FormulaError::Overflow)?;
+            (add(search(edges), 1)?, edges.saturating_sub(1), 3)
+        }
+        _ => return Err(FormulaError::MissingArgument(1)),
+    };
+    let normalize = if args.bool(density).unwrap_or(false) { mul(bins, 2)? } else { 0 };
+    add(mul(n, binning)?, normalize)
+}
+
+/// `(samples, coordinates)` of `histogramdd`'s input `[..., D]`.
+fn samples(args: &Args) -> Result<(u64, u64), FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let d = input.dims.last().map_or(Ok(1), |_| dim(&input, input.dims.len() - 1))?;
+    let n = input.numel().ok_or(FormulaError::Overflow)?;
+    Ok((n.checked_div(d).unwrap_or(0), n))
+}
+
+/// `_histogramdd_bin_edges(self, bins, range, weight, density)`: the range's minimum and maximum
+/// from the data (2 per element) when none is given; the edges themselves are a `linspace`.
+pub fn histogramdd_bin_edges(args: &Args) -> Result<u64, FormulaError> {
+    if matches!(args.get(2), Some(Arg::None) | None) {
+        mul(numel(args, 0)?, 2)
+    } else {
+        Ok(0)
+    }
+}
+
+/// `_histogramdd_from_bin_cts(self, bins, range, weight, density)`.
+pub fn histogramdd_from_bin_cts(args: &Args) -> Result<u64, FormulaError> {
+    let (points, coordinates) = samples(args)?;
+    let bins = args.int_list(1).ok_or(FormulaError::MissingArgument(1))?;
+    let normalize = if args.bool(4).unwrap_or(false) { mul(super::product(bins)?, 2)? } else { 0 };
+    add(add(mul(coordinates, 2)?, points)?, normalize)
+}
+
+/// `_histogramdd_from_bin_tensors(self, bins (one edge tensor per coordinate), weight, density)`.
+pub fn histogramdd_from_bin_tensors(args: &Args) -> Result<u64, FormulaError> {
+    let (points, _) = samples(args)?;
+    let edges = args.list_tensors(1).ok_or(FormulaError::MissingArgument(1))?;
+    let (mut total, mut bins) = (points, 1u64);
+    for edge in edges {
+        let n = edge.numel().ok_or(FormulaError::Overflow)?;
+        total = add(total, mul(points, search(n))?)?;
+        bins = mul(bins, n.saturating_sub(1))?;
+    }
+    add(total, if args.bool(3).unwrap_or(false) { mul(bins, 2)? } else { 0 })
 }
 
 #[cfg(test)]
@@ -353,5 +478,172 @@ mod tests {
             isin,
         );
         assert_eq!(scalar, Ok(6));
+    }
+
+    #[test]
+    fn searches_modes_and_unique_variants() {
+        // 5 values among 7 boundaries: ceil(log2 8) = 3 comparisons each.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[7]);
+                    tensor(s, &[5]);
+                },
+                searchsorted
+            ),
+            Ok(15)
+        );
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[5]);
+                    tensor(s, &[7]);
+                },
+                bucketize
+            ),
+            Ok(15)
+        );
+        // A scalar value: one search.
+        assert_eq!(
+            with_args(
+                |s| {
+                    double(s, 1.0);
+                    tensor(s, &[7]);
+                },
+                bucketize
+            ),
+            Ok(3)
+        );
+        // mode of [4, 6] along 1: 4 rows x (6 x 3 + 6) = 96.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[4, 6]);
+                    int(s, 1);
+                    boolean(s, false);
+                },
+                mode
+            ),
+            Ok(96)
+        );
+        assert_eq!(with_args(|s| tensor(s, &[3, 5]), unique_consecutive), Ok(15));
+        // unique over 8 rows of 3: (8 x 3 + 8) x 3 = 96.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[8, 3]);
+                    int(s, 0);
+                },
+                unique_dim
+            ),
+            Ok(96)
+        );
+        let put_call = |accumulate: bool| {
+            with_args(
+                move |s| {
+                    tensor(s, &[9]);
+                    tensor(s, &[4]);
+                    tensor(s, &[4]);
+                    boolean(s, accumulate);
+                },
+                put,
+            )
+        };
+        assert_eq!((put_call(true), put_call(false)), (Ok(4), Ok(0)));
+        // 6 indices into rows of width 5: 6 dot products of 5, 60.
+        let f = with_args(
+            |s| {
+                tensor(s, &[2, 5]);
+                tensor(s, &[10, 5]);
+                tensor(s, &[6]);
+            },
+            embedding_bag_per_sample_weights_backward,
+        );
+        assert_eq!(f, Ok(60));
+    }
+
+    #[test]
+    fn histograms_by_bin_count_and_by_edges() {
+        // 100 values, 10 bins, the range from the data: 5 each; with a range: 3 each.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[100]);
+                    int(s, 10);
+                    none(s);
+                    none(s);
+                    boolean(s, false);
+                },
+                histogram
+            ),
+            Ok(500)
+        );
+        // density adds 2 per bin.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[100]);
+                    int(s, 10);
+                    none(s);
+                    none(s);
+                    boolean(s, true);
+                },
+                histogram
+            ),
+            Ok(520)
+        );
+        // 11 edges given: ceil(log2 12) = 4 comparisons and an increment per value.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[100]);
+                    tensor(s, &[11]);
+                    none(s);
+                    boolean(s, false);
+                },
+                histogram
+            ),
+            Ok(500)
+        );
+        // histogramdd of 20 points in 2-D: the range 2 x 40 = 80; the bins 2 x 40 + 20 = 100.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[20, 2]);
+                    ints(s, &[3, 3]);
+                    none(s);
+                    none(s);
+                    boolean(s, false);
+                },
+                histogramdd_bin_edges
+            ),
+            Ok(80)
+        );
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[20, 2]);
+                    ints(s, &[3, 3]);
+                    none(s);
+                    none(s);
+                    boolean(s, false);
+                },
+                histogramdd_from_bin_cts
+            ),
+            Ok(100)
+        );
+        // Edges of 4 and 8: 20 x (3 + 4) searches + 20 increments.
+        assert_eq!(
+            with_args(
+                |s| {
+                    tensor(s, &[20, 2]);
+                    tensors(s, &[&[4], &[8]]);
+                    none(s);
+                    boolean(s, false);
+                },
+                histogramdd_from_bin_tensors
+            ),
+            Ok(160)
+        );
     }
 }

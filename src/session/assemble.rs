@@ -325,7 +325,11 @@ fn uncounted_diagnostic(name: &str, packet: &str, calls: u64) -> Diagnostic {
             "deliberately_uncounted",
             Severity::Warning,
             packet,
-            format!("{packet} ran {calls} time(s): {reason}; its work is not in the total"),
+            format!(
+                "{packet} ran {calls} time(s): {reason}; its work is not in the total (if your calls' cost is \
+                 known, pass custom_mapping={{torch.ops.{packet}: formula}}, a function of the input and output \
+                 shapes)"
+            ),
         );
     }
     op_diagnostic(
