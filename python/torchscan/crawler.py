@@ -532,7 +532,7 @@ class _Target:
         path, module = self.path, self.module
         type_name = escape_name(_type_name(module))
         name = self.name if path else type_name.lower()
-        pruned = {name: [mask.kept, mask.numel] for name, mask in self.masks.items()}
+        pruned = {tensor: [mask.kept, mask.numel] for tensor, mask in self.masks.items()}
         return [path, name, self.depth, type_name, self.leaf, self.attention, self.static, self.aliases, pruned]
 
 
@@ -580,7 +580,9 @@ class _Recorder:
         # TorchScript, so they are listed from the tree after its first call (`post`).
         self._script_members: dict[int, list[_Target]] = {}
         for scripted in _scripted(named):
-            owner = next(t for t in self._rows if t.path == scripted)
+            owner = next((t for t in self._rows if t.path == scripted), None)
+            if owner is None:  # inside a root Transformer, which takes the whole call
+                continue
             prefix = f"{scripted}." if scripted else ""
             members = [t for t in self._rows[: len(self._targets)] if t.path.startswith(prefix) and t is not owner]
             self._script_members[id(owner.module)] = members

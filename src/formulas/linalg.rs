@@ -175,12 +175,17 @@ pub fn lu_factor(args: &Args) -> Result<u64, FormulaError> {
     rounded(batch * (long * short * short - short.powi(3) / 3.0))
 }
 
-/// `linalg_lu_solve(LU, pivots, B, left, adjoint)` and `linalg_ldl_solve(LD, pivots, B,
-/// hermitian)`: two triangular solves, `2 n^2 k`.
-pub fn factored_solve(args: &Args) -> Result<u64, FormulaError> {
+/// `linalg_lu_solve(LU, pivots, B, left, adjoint)`: two triangular solves, `2 n^2 k`.
+pub fn lu_solve(args: &Args) -> Result<u64, FormulaError> {
     let (batch, n) = square(args, 0)?;
-    let left = !matches!(args.get(3), Some(Arg::Bool(false))) || args.len() < 5;
-    rounded(batch * 2.0 * n * n * rhs(args, 2, left)?)
+    rounded(batch * 2.0 * n * n * rhs(args, 2, args.bool(3).unwrap_or(true))?)
+}
+
+/// `linalg_ldl_solve(LD, pivots, B, hermitian)`: two triangular solves (and the block-diagonal
+/// one, of lower order), `2 n^2 k`; always from the left.
+pub fn ldl_solve(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, n) = square(args, 0)?;
+    rounded(batch * 2.0 * n * n * rhs(args, 2, true)?)
 }
 
 /// `linalg_ldl_factor_ex(A, hermitian, check_errors)`: symmetric indefinite factorization
@@ -339,9 +344,20 @@ mod tests {
                 boolean(s, true);
                 boolean(s, false);
             },
-            factored_solve,
+            lu_solve,
         );
         assert_eq!(solve, Ok(216));
+        // LDL solve: `hermitian` (false) where LU's `left` sits; always from the left.
+        let ldl = with_args(
+            |s| {
+                tensor(s, &[6, 6]);
+                tensor(s, &[6]);
+                tensor(s, &[6, 3]);
+                boolean(s, false);
+            },
+            ldl_solve,
+        );
+        assert_eq!(ldl, Ok(216));
         assert_eq!(one(&[6, 6], ldl_factor), Ok(72));
         assert_eq!(one(&[3, 6, 6], eigvals), Ok(3 * 2160));
     }

@@ -212,9 +212,11 @@ pub fn semi_structured_linear(args: &Args) -> Result<u64, FormulaError> {
 /// Pairs times features of `pdist(x [N, M])`: `N (N - 1) / 2 * M`.
 fn pdist_pairs(args: &Args, x: usize) -> Result<u64, FormulaError> {
     let x = require_tensor(args, x)?;
-    let (&[n, m], true) = (x.dims, true) else { return Err(FormulaError::UnexpectedShape) };
-    let n = u64::try_from(n).map_err(|_| FormulaError::UnexpectedShape)?;
-    mul(mul(n, n.saturating_sub(1))? / 2, u64::try_from(m).map_err(|_| FormulaError::UnexpectedShape)?)
+    if x.dims.len() != 2 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let (n, m) = (dim(&x, 0)?, dim(&x, 1)?);
+    mul(mul(n, n.saturating_sub(1))? / 2, m)
 }
 
 /// `_pdist_forward(self, p)`: `cdist`'s 3 FLOPs per pair and feature.
