@@ -5,6 +5,9 @@
 #   make docs   regenerate docs/formulas.md from the formula registry
 #   make schemas  regenerate python/torchscan/schemas/ from the report model (src/report/)
 #   make sanitize  ASan/UBSan C++ shim and valgrind'd Rust core tests (docs/reliability.md)
+#   make lock   regenerate requirements-dev.lock (pinned, hashed) from requirements-dev.txt
+#   make wheel  a binary wheel for the venv's torch, in dist/ (docs/installing.md)
+#   make test-torch TORCH=2.11.0  build and run the core tests against another torch, in its own venv
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,13 +15,18 @@ PY := $(abspath $(VENV))/bin/python
 # build.rs asks this interpreter where torch is; setup.py passes the same one.
 export TORCHSCAN_PYTHON := $(PY)
 
-.PHONY: setup demo test lint test-rust test-python bench docs schemas sanitize clean
+.PHONY: setup demo test lint test-rust test-python bench docs schemas sanitize clean wheel test-torch lock
 
-$(VENV)/.deps: requirements-dev.txt
+# The development environment from the lock (every distribution at one version, with its hash);
+# `make lock` regenerates the lock after requirements-dev.txt changes.
+$(VENV)/.deps: requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
 	touch $@
+
+lock:
+	$(PYTHON) tools/lock_requirements.py
 
 setup: $(VENV)/.deps
 	$(PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall .
@@ -54,6 +62,31 @@ test-python: setup
 	$(PY) -m pytest -q
 
 test: setup lint test-rust test-python
+
+# A binary wheel (docs/installing.md): torchscan-<version>+torch<torch>-cp311-cp311-<platform>.whl,
+# requiring exactly the torch it was built against. tests/python/test_wheel.py builds one the same
+# way and installs it where there is no cargo and no compiler.
+wheel: $(VENV)/.deps
+	$(PY) -m pip wheel -q --no-build-isolation --no-deps -w dist .
+
+# The core tests (those that need torch alone) against another torch release, built from this
+# checkout in a venv of its own (.venv-torch-<version>; pip's cache keeps the download). The oldest
+# supported torch runs in CI (.ci/run); docs/installing.md states the range these prove.
+TORCH ?=
+TORCH_VENV := .venv-torch-$(TORCH)
+TORCH_PY := $(abspath $(TORCH_VENV))/bin/python
+CORE_TESTS := test_formulas_exact.py test_operator_families.py test_observation_rule.py test_count_flops.py \
+	test_module_labels.py test_module_formulas.py test_bad_input.py test_overflow.py test_threads.py \
+	test_peak_memory.py test_compare_reports.py test_schemas.py test_packaging.py test_quantized.py \
+	test_truth.py test_compiled.py
+
+test-torch:
+	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=<version> (for example 2.11.0)"; exit 2; }
+	test -x $(TORCH_PY) || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_PY) -m pip install -q --disable-pip-version-check torch==$(TORCH) "setuptools>=70" pytest==9.2.0 \
+		jsonschema==4.26.0 hypothesis==6.170.17 numpy
+	TORCHSCAN_PYTHON=$(TORCH_PY) $(TORCH_PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall .
+	cd tests/python && $(TORCH_PY) -m pytest -q -p no:cacheprovider $(CORE_TESTS)
 
 bench: setup
 	$(PY) benches/overhead.py

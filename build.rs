@@ -11,7 +11,11 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SUPPORTED: &str = "torch >= 2.1 and < 3.0";
+/// The torch releases `make test-torch` proves (docs/installing.md): older ones are refused, newer
+/// ones built with a warning. setup.py and the README state the same range.
+const OLDEST_MINOR: u32 = 8;
+const NEWEST_MINOR: u32 = 13;
+const SUPPORTED: &str = "torch >= 2.8 and < 2.14";
 
 struct Torch {
     version: String,
@@ -27,7 +31,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/ffi.rs");
     println!("cargo:rerun-if-changed=cpp");
-    for var in ["LIBTORCH", "LIBTORCH_CXX11_ABI", "TORCHSCAN_PYTHON"] {
+    for var in ["LIBTORCH", "LIBTORCH_CXX11_ABI", "TORCHSCAN_PYTHON", "TORCHSCAN_PACKAGE_RPATH"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     if env::var_os("CARGO_FEATURE_TORCH").is_none() {
@@ -38,8 +42,15 @@ fn main() {
         Ok(t) => t,
         Err(message) => fail(&message),
     };
-    if torch.major != 2 || torch.minor < 1 {
+    if torch.major != 2 || torch.minor < OLDEST_MINOR {
         fail(&format!("found torch {} ({}), but torchscan supports {SUPPORTED}", torch.version, torch.origin));
+    }
+    if torch.minor > NEWEST_MINOR {
+        println!(
+            "cargo:warning=torchscan: torch {} is newer than the releases it is tested with ({SUPPORTED}); \
+             run `make test-torch TORCH={}` before relying on it",
+            torch.version, torch.version
+        );
     }
     println!("cargo:warning=torchscan: building against torch {} ({})", torch.version, torch.origin);
 
@@ -68,8 +79,14 @@ fn main() {
     }
     println!("cargo:rustc-env=TORCHSCAN_TORCH_VERSION={}", torch.version);
     println!("cargo:rustc-env=TORCHSCAN_TORCH_LIB_DIR={}", torch.lib_dir.display());
-    // Rust tests and examples run against this libtorch without LD_LIBRARY_PATH.
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", torch.lib_dir.display());
+    // Rust tests and examples run against this libtorch without LD_LIBRARY_PATH. The Python
+    // package's copy (setup.py sets TORCHSCAN_PACKAGE_RPATH=1) finds torch's libraries beside it
+    // in site-packages, wherever that is installed, and names no path of the build machine.
+    if env::var_os("TORCHSCAN_PACKAGE_RPATH").is_some_and(|v| v == "1") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN/../../torch/lib");
+    } else {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", torch.lib_dir.display());
+    }
     // For C++ applications and tests that link the staticlib: where libtorch is.
     println!("cargo:lib_dir={}", torch.lib_dir.display());
 }

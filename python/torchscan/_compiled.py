@@ -381,11 +381,19 @@ def _concrete(value: Any) -> int:
 def _sides(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
     """Each node's side of a joint graph as AOTAutograd's default partition places them: up to
     the last node traced in forward, forward (tangents aside); after it, backward. A graph
-    without backward tags (an inference graph) is all forward."""
+    without backward tags (an inference graph) is all forward. torch before 2.10 tags only the
+    backward's nodes: there, the tagged nodes and the tangents are the backward."""
     nodes = list(graph.nodes)
-    last = max((i for i, n in enumerate(nodes) if n.meta.get("partitioner_tag") == "is_forward"), default=None)
-    if last is None or not any(n.meta.get("partitioner_tag") == "is_backward" for n in nodes):
+    if not any(n.meta.get("partitioner_tag") == "is_backward" for n in nodes):
         return dict.fromkeys(nodes, "forward")
+    last = max((i for i, n in enumerate(nodes) if n.meta.get("partitioner_tag") == "is_forward"), default=None)
+    if last is None:
+        return {
+            n: "backward"
+            if n.meta.get("partitioner_tag") == "is_backward" or n.name.startswith("tangents")
+            else "forward"
+            for n in nodes
+        }
     return {
         n: "forward" if i <= last and not n.name.startswith("tangents") else "backward" for i, n in enumerate(nodes)
     }

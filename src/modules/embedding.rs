@@ -42,7 +42,7 @@ pub struct Rotary {
 
 impl Rotary {
     fn check(&self, n_out: u64) -> Result<(), Failure> {
-        if self.dim == 0 || self.dim % 2 != 0 || n_out % self.dim != 0 {
+        if self.dim == 0 || !self.dim.is_multiple_of(2) || !n_out.is_multiple_of(self.dim) {
             return Err(super::err("the rotary output is not a whole number of rows of the rotary width"));
         }
         Ok(())

@@ -76,3 +76,27 @@ def test_the_version_has_one_source():
     assert torch.ops.torchscan.torchscan_version() == cargo
     report = torchscan.measure_flops(lambda: None)
     assert report["context"]["torchscan_version"] == cargo
+
+
+def test_the_development_lock_pins_every_requirement_with_a_hash_and_is_what_is_installed():
+    import re
+    from importlib import metadata
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    lock_text = (root / "requirements-dev.lock").read_text()
+    entries = re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+) \\\n    --hash=sha256:([0-9a-f]{64})$", lock_text, re.MULTILINE)
+    requirement_lines = [line for line in lock_text.splitlines() if line and not line.startswith(("#", " "))]
+    assert len(entries) == len(requirement_lines) > 50  # every line pinned and hashed
+
+    def key(name):
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    locked = {key(name): version for name, version, _ in entries}
+    pins = re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)$", (root / "requirements-dev.txt").read_text(), re.MULTILINE)
+    assert pins and all(locked.get(key(name)) == version for name, version in pins), "make lock"
+    if locked["torch"] != torch.__version__.split("+")[0]:
+        pytest.skip("another torch's environment (make test-torch), not installed from the lock")
+    # This environment was installed from the lock (make setup): the same versions.
+    installed = {name: metadata.version(name) for name in locked}
+    assert installed == locked
