@@ -122,6 +122,12 @@ std::string format_info(const std::string& report, const std::string& wrap_mode,
   }));
 }
 
+std::string format_flops(const std::string& report, const std::string& by, int64_t max_depth, int64_t max_width) {
+  TORCH_CHECK_VALUE(max_width >= 0, "max_width must not be negative, got ", max_width);
+  return std::string(
+      call_core([&] { return ffi::format_flops(report, by, max_depth, static_cast<std::size_t>(max_width)); }));
+}
+
 std::string compare_reports(const std::string& before, const std::string& after) {
   return std::string(call_core([&] { return ffi::compare_reports(before, after); }));
 }
@@ -333,4 +339,5 @@ TORCH_LIBRARY(torchscan, m) {
   def("compare_reports(str before, str after) -> str", &torchscan::compare_reports);
   def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats, int max_width=0) -> str",
       &torchscan::format_info);
+  def("format_flops(str report, str by, int max_depth=-1, int max_width=0) -> str", &torchscan::format_flops);
 }

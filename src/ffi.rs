@@ -167,6 +167,10 @@ mod bridge {
             max_width: usize,
         ) -> Result<String>;
 
+        /// The FLOPs table of a FlopReport (`flops_table.rs`): `by` "module", "operator" or
+        /// "category"; `max_depth` -1: the whole module tree; `max_width` 0: as wide as needed.
+        fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize) -> Result<String>;
+
         /// The ReportDiff of two reports (JSON, encoded as `compare.rs` describes).
         fn compare_reports(before: &str, after: &str) -> Result<String>;
 
@@ -439,6 +443,17 @@ fn format_info(
             effective_rf_stats,
             (max_width > 0).then_some(max_width),
         )
+    })
+}
+
+fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize) -> Result<String, String> {
+    guarded(|| {
+        let report: crate::report::FlopReport = serde_json::from_str(report).map_err(|e| {
+            crate::error::Error::ReportValue(format!("the report does not match the FlopReport schema ({e})"))
+        })?;
+        let by = crate::flops_table::By::parse(by)?;
+        let max_depth = usize::try_from(max_depth).ok();
+        crate::flops_table::format_flops(&report, by, max_depth, (max_width > 0).then_some(max_width))
     })
 }
 

@@ -13,6 +13,7 @@ pub mod analysis;
 pub mod args;
 pub mod compare;
 pub mod error;
+pub mod flops_table;
 pub mod formulas;
 pub mod memory;
 pub mod modules;

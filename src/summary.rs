@@ -38,7 +38,7 @@ impl Wrap {
     }
 }
 
-fn chars(s: &str) -> usize {
+pub(crate) fn chars(s: &str) -> usize {
     s.chars().count()
 }
 
@@ -49,7 +49,7 @@ fn prefix(s: &str, n: isize) -> String {
     s.chars().take(end as usize).collect()
 }
 
-fn wrap_string(s: &str, max_len: usize, mode: Wrap) -> String {
+pub(crate) fn wrap_string(s: &str, max_len: usize, mode: Wrap) -> String {
     const WRAP: &str = "[...]";
     if chars(s) <= max_len || mode == Wrap::None {
         return s.to_string();
@@ -99,7 +99,7 @@ fn shape_text(meta: &ValueMeta) -> String {
     }
 }
 
-fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

@@ -1,16 +1,17 @@
-"""What `summary` prints: the layer table of a report, and a depth-limited view of it."""
+"""What `summary` prints: the layer table of a report, and a depth-limited view of it; the FLOPs
+table of a FlopReport (``format_flops``)."""
 
 from __future__ import annotations
 
 import copy
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ._native import ops
-from .report import AnalysisReport
+from .report import AnalysisReport, FlopReport
 
-__all__ = ["aggregate_info", "format_info"]
+__all__ = ["aggregate_info", "format_flops", "format_info"]
 
 
 def format_info(
@@ -36,6 +37,59 @@ def format_info(
     except RecursionError:
         raise ValueError("report is nested too deeply to be an AnalysisReport") from None
     table: str = ops.format_info(text, wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0)
+    return table
+
+
+def format_flops(
+    report: FlopReport | Mapping[str, Any],
+    by: Literal["module", "operator", "category"] = "module",
+    *,
+    max_depth: int | None = None,
+    max_width: int | None = None,
+) -> str:
+    """A FlopReport (what ``measure_flops``, ``count_flops``'s ``counter.report()`` and
+    ``crawl_module``'s ``operator_flops`` give) as a text table, rendered by the native core::
+
+        print(torchscan.utils.format_flops(report, by="module", max_depth=2))
+
+    ``by="module"``: the module tree (each module's FLOPs include its children's, as in
+    ``by_module``), each row with its share of the total and the status of its number, then the
+    work no labelled module ran ("(outside the modules)": a loss or an optimizer step called
+    outside the model; computed as the total less the root modules' counts); ``"operator"``: every
+    counted operator with its calls, most FLOPs first; ``"category"``: the categories. The first
+    line is the total and its status ("at least N" for a partial one: shares are then of its
+    counted part); the last lines the phases and, for an incomplete count, where to read why.
+    ``max_depth`` limits the module tree (0: the root modules alone); ``max_width`` (a terminal's
+    width) shortens module and operator names so that the table fits it. Control characters in
+    names are written as escapes, never sent to the terminal raw.
+
+    Raises:
+        ValueError: ``by`` is not one of the three, ``max_width`` is not a positive integer, or
+            ``report`` is not a FlopReport (an AnalysisReport: pass its ``operator_flops``).
+        TypeError: ``max_depth`` is not an integer.
+    """
+    if by not in ("module", "operator", "category"):
+        shown = repr(by) if isinstance(by, str) else f"a {type(by).__name__}"
+        raise ValueError(f"by must be 'module', 'operator' or 'category', got {shown}")
+    if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
+        raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
+    if max_depth is not None:
+        _check_depth(max_depth)
+    if not isinstance(report, Mapping):
+        raise ValueError(f"report must be a FlopReport (a mapping), got a {type(report).__name__}")
+    if "operator_flops" in report and "layers" in report:
+        raise ValueError(
+            "format_flops takes a FlopReport; for crawl_module's AnalysisReport pass report['operator_flops']"
+        )
+    try:
+        text = json.dumps(report, allow_nan=False)
+    except ValueError as error:
+        raise ValueError(f"report holds a non-finite number or a cycle, which is not JSON data ({error})") from None
+    except TypeError as error:
+        raise TypeError(f"report holds a value that is not JSON data ({error})") from None
+    except RecursionError:
+        raise ValueError("report is nested too deeply to be a FlopReport") from None
+    table: str = ops.format_flops(text, by, -1 if max_depth is None else max_depth, max_width or 0)
     return table
 
 

@@ -1,7 +1,8 @@
 """The `torchscan` command: a model's summary from an import path, and report comparison.
 
     torchscan [MODEL] [--input-shape 3,224,224 ...] [--dtype D] [--device D] [--max-depth N]
-              [--mode {full,structure}] [--receptive-field] [--strict] [--json PATH|-]
+              [--mode {full,structure}] [--receptive-field] [--flops-by {module,operator,category}]
+              [--strict] [--json PATH|-]
     torchscan compare BEFORE.json AFTER.json [--json PATH|-]
 
 Exit status: 0 success; 2 usage error (bad option, MODEL that cannot be imported or built, bad
@@ -30,7 +31,7 @@ from ..errors import IncompleteAnalysisError
 from ..report import AnalysisReport
 from ..utils import aggregate_info
 from .models import build_model, check_device
-from .render import STDOUT, diff_text, summary_text, write_json
+from .render import STDOUT, diff_text, flops_text, summary_text, write_json
 
 __all__ = ["ExampleNet", "main"]
 
@@ -156,6 +157,12 @@ def _analyse_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--receptive-field", action="store_true", help="add the receptive-field column")
     parser.add_argument(
+        "--flops-by",
+        choices=("module", "operator", "category"),
+        help="after the table, the operator FLOPs by module (the tree, to --max-depth), operator or category, "
+        "with each row's share of the total",
+    )
+    parser.add_argument(
         "--strict", action="store_true", help="exit with status 1 when any total is incomplete or a diagnostic exists"
     )
     parser.add_argument(
@@ -233,6 +240,8 @@ def _depth_view(parser: argparse.ArgumentParser, report: AnalysisReport, max_dep
 
 def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> int:
     options = parser.parse_args(argv)
+    if options.flops_by is not None and options.mode == "structure":
+        parser.error("argument --flops-by: --mode structure counts no operator FLOPs")
     model, spec, shapes = _model(parser, options)
     dtype = _place(parser, model, options, len(shapes))
     input_shape = shapes[0] if len(shapes) == 1 else shapes
@@ -250,6 +259,8 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         write_json(report, options.json, out)
     if options.json != STDOUT:
         out.write(summary_text(view, report, options.receptive_field) + "\n")
+        if options.flops_by is not None:
+            out.write("\n" + flops_text(report, options.flops_by, options.max_depth) + "\n")
     if incomplete is not None:
         written = f"; the report was written to {options.json}" if options.json not in (None, STDOUT) else ""
         raise _Failure(f"--strict: {str(incomplete).rstrip('.')}{written}")

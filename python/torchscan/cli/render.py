@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..report import AnalysisReport, MetricResult, ReportDiff
-from ..utils import format_info
+from ..utils import format_flops, format_info
 
 __all__ = ["STDOUT", "diff_text", "summary_text", "write_json"]
 
@@ -95,6 +95,13 @@ def summary_text(view: AnalysisReport, report: AnalysisReport, receptive_field: 
     # shape and type columns to the terminal's width; "mid" marks a shortened name with "[...]".
     width = shutil.get_terminal_size().columns
     return f"{format_info(view, 'mid', receptive_field, max_width=width)}\n{totals_text(report)}"
+
+
+def flops_text(report: AnalysisReport, by: str, max_depth: int | None) -> str:
+    """--flops-by: the operator FLOPs of the analysed forward (`operator_flops`) as a table."""
+    width = shutil.get_terminal_size().columns
+    table = format_flops(report["operator_flops"], by, max_depth=max_depth, max_width=width)  # type: ignore[arg-type]
+    return f"Operator FLOPs by {by}:\n{table}"
 
 
 def write_json(document: Mapping[str, Any], destination: str, out: TextIO) -> None:
