@@ -128,6 +128,10 @@ std::string format_flops(const std::string& report, const std::string& by, int64
       call_core([&] { return ffi::format_flops(report, by, max_depth, static_cast<std::size_t>(max_width)); }));
 }
 
+std::string throughput_report(const std::string& steps, double peak, bool keep_steps) {
+  return std::string(call_core([&] { return ffi::throughput_report(steps, peak, keep_steps); }));
+}
+
 std::string compare_reports(const std::string& before, const std::string& after) {
   return std::string(call_core([&] { return ffi::compare_reports(before, after); }));
 }
@@ -340,4 +344,5 @@ TORCH_LIBRARY(torchscan, m) {
   def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats, int max_width=0) -> str",
       &torchscan::format_info);
   def("format_flops(str report, str by, int max_depth=-1, int max_width=0) -> str", &torchscan::format_flops);
+  def("throughput_report(str steps, float peak, bool keep_steps) -> str", &torchscan::throughput_report);
 }

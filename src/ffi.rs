@@ -171,6 +171,9 @@ mod bridge {
         /// "category"; `max_depth` -1: the whole module tree; `max_width` 0: as wide as needed.
         fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize) -> Result<String>;
 
+        /// The ThroughputReport of timed steps (a JSON list of `StepTiming`); `peak` 0: none.
+        fn throughput_report(steps: &str, peak: f64, keep_steps: bool) -> Result<String>;
+
         /// The ReportDiff of two reports (JSON, encoded as `compare.rs` describes).
         fn compare_reports(before: &str, after: &str) -> Result<String>;
 
@@ -454,6 +457,16 @@ fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize) -> Res
         let by = crate::flops_table::By::parse(by)?;
         let max_depth = usize::try_from(max_depth).ok();
         crate::flops_table::format_flops(&report, by, max_depth, (max_width > 0).then_some(max_width))
+    })
+}
+
+fn throughput_report(steps: &str, peak: f64, keep_steps: bool) -> Result<String, String> {
+    guarded(|| {
+        let steps: Vec<crate::report::StepTiming> = serde_json::from_str(steps)
+            .map_err(|e| crate::error::Error::ReportValue(format!("the steps are not step timings ({e})")))?;
+        let report = crate::throughput::throughput_report(steps, (peak != 0.0).then_some(peak), keep_steps)?;
+        serde_json::to_string(&report)
+            .map_err(|e| crate::error::Error::ReportValue(format!("the throughput report is not JSON ({e})")))
     })
 }
 

@@ -23,6 +23,7 @@ pub mod report;
 pub mod scopes;
 pub mod session;
 pub mod summary;
+pub mod throughput;
 
 #[cfg(feature = "torch")]
 mod api;

@@ -17,12 +17,14 @@ from .report import (
     ReportDiff,
     metric_result,
 )
+from .throughput import PEAK_FLOPS, Throughput, peak_flops
 
 __version__: str = _ops.torchscan_version()  # Cargo.toml's, through the native core
 
 _compiled.install()
 
 __all__ = [
+    "PEAK_FLOPS",
     "AnalysisReport",
     "Diagnostic",
     "FlopCounter",
@@ -31,12 +33,14 @@ __all__ = [
     "LayerReport",
     "MetricResult",
     "ReportDiff",
+    "Throughput",
     "compare_reports",
     "count_flops",
     "crawl_module",
     "measure_flops",
     "metric_result",
     "modules",
+    "peak_flops",
     "process",
     "report",
     "summary",

@@ -22,7 +22,10 @@ __all__ = [
     "MetricDiff",
     "MetricResult",
     "MetricStatus",
+    "RateResult",
     "ReportDiff",
+    "StepTiming",
+    "ThroughputReport",
     "metric_result",
 ]
 
@@ -151,6 +154,33 @@ class LayerChanges(TypedDict):
     added: list[LayerSnapshot]
     removed: list[LayerSnapshot]
     changed: list[LayerDiff]
+
+
+class RateResult(TypedDict):
+    """A rate (``FLOP/s``) or a fraction (MFU), with the status rules of every metric."""
+
+    status: MetricStatus
+    value: float | None
+    known_value: float | None
+    unit: Literal["FLOP/s", "fraction"]
+
+
+class StepTiming(TypedDict):
+    flops: MetricResult
+    seconds: float
+
+
+class ThroughputReport(TypedDict):
+    """``torchscan.Throughput.report()`` (schemas/throughput_report.json)."""
+
+    schema_version: int
+    steps: int
+    seconds: float
+    flops: MetricResult
+    flops_per_second: RateResult
+    peak_flops_per_second: float | None
+    mfu: RateResult
+    per_step: NotRequired[list[StepTiming]]
 
 
 class ReportDiff(TypedDict):

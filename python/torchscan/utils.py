@@ -28,14 +28,7 @@ def format_info(
     _layers(report, "format_info")
     if not isinstance(report.get("totals"), Mapping):
         raise ValueError("report['totals'] must be a mapping of the AnalysisReport's totals")
-    try:
-        text = json.dumps(report, allow_nan=False)
-    except ValueError as error:  # NaN/infinity, or a cycle
-        raise ValueError(f"report holds a non-finite number or a cycle, which is not JSON data ({error})") from None
-    except TypeError as error:
-        raise TypeError(f"report holds a value that is not JSON data ({error})") from None
-    except RecursionError:
-        raise ValueError("report is nested too deeply to be an AnalysisReport") from None
+    text = _report_json(report, "an AnalysisReport")
     table: str = ops.format_info(text, wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0)
     return table
 
@@ -68,11 +61,8 @@ def format_flops(
             ``report`` is not a FlopReport (an AnalysisReport: pass its ``operator_flops``).
         TypeError: ``max_depth`` is not an integer.
     """
-    if by not in ("module", "operator", "category"):
-        shown = repr(by) if isinstance(by, str) else f"a {type(by).__name__}"
-        raise ValueError(f"by must be 'module', 'operator' or 'category', got {shown}")
-    if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
-        raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
+    _check_choice("by", by, ("module", "operator", "category"))
+    _check_width(max_width)
     if max_depth is not None:
         _check_depth(max_depth)
     if not isinstance(report, Mapping):
@@ -81,14 +71,7 @@ def format_flops(
         raise ValueError(
             "format_flops takes a FlopReport; for crawl_module's AnalysisReport pass report['operator_flops']"
         )
-    try:
-        text = json.dumps(report, allow_nan=False)
-    except ValueError as error:
-        raise ValueError(f"report holds a non-finite number or a cycle, which is not JSON data ({error})") from None
-    except TypeError as error:
-        raise TypeError(f"report holds a value that is not JSON data ({error})") from None
-    except RecursionError:
-        raise ValueError("report is nested too deeply to be a FlopReport") from None
+    text = _report_json(report, "a FlopReport")
     table: str = ops.format_flops(text, by, -1 if max_depth is None else max_depth, max_width or 0)
     return table
 
@@ -98,12 +81,8 @@ def table_request(
 ) -> dict[str, Any]:
     """The table options, checked, as the native core reads them (`summary` sends them with the
     analysis, so that the report is drawn in the same native call that assembles it)."""
-    if wrap_mode not in ("mid", "end", None):
-        # An option string is echoed; any other object only by its type (its repr may hold data).
-        shown = repr(wrap_mode) if isinstance(wrap_mode, str) else f"a {type(wrap_mode).__name__}"
-        raise ValueError(f"wrap_mode must be 'mid', 'end' or None, got {shown}")
-    if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
-        raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
+    _check_choice("wrap_mode", wrap_mode, ("mid", "end", None))
+    _check_width(max_width)
     if max_depth is not None:
         _check_depth(max_depth)
     return {
@@ -113,6 +92,32 @@ def table_request(
         "max_depth": max_depth,
         "max_width": max_width,
     }
+
+
+def _check_choice(name: str, value: object, choices: tuple[str | None, ...]) -> None:
+    if value not in choices:
+        # An option string is echoed; any other object only by its type (its repr may hold data).
+        shown = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
+        spelled = [repr(c) if c is not None else "None" for c in choices]
+        allowed = f"{', '.join(spelled[:-1])} or {spelled[-1]}"
+        raise ValueError(f"{name} must be {allowed}, got {shown}")
+
+
+def _check_width(max_width: object) -> None:
+    if max_width is not None and (not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 1):
+        raise ValueError(f"max_width must be a positive integer or None, got {max_width!r}")
+
+
+def _report_json(report: Mapping[str, Any], kind: str) -> str:
+    """`report` as JSON for the native core, or the error that says why it is not JSON data."""
+    try:
+        return json.dumps(report, allow_nan=False)
+    except ValueError as error:  # NaN/infinity, or a cycle
+        raise ValueError(f"report holds a non-finite number or a cycle, which is not JSON data ({error})") from None
+    except TypeError as error:
+        raise TypeError(f"report holds a value that is not JSON data ({error})") from None
+    except RecursionError:
+        raise ValueError(f"report is nested too deeply to be {kind}") from None
 
 
 def _check_depth(max_depth: object) -> None:

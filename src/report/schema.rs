@@ -6,10 +6,10 @@ use schemars::generate::SchemaSettings;
 use schemars::transform::{RecursiveTransform, Transform};
 use schemars::{JsonSchema, Schema};
 
-use super::{AnalysisReport, FlopReport, ReportDiff};
+use super::{AnalysisReport, FlopReport, ReportDiff, ThroughputReport};
 
 /// `(file name, schema)` of every report.
-pub fn schemas() -> [(&'static str, Schema); 3] {
+pub fn schemas() -> [(&'static str, Schema); 4] {
     [
         (
             "flop_report.json",
@@ -30,6 +30,13 @@ pub fn schemas() -> [(&'static str, Schema); 3] {
             schema_of::<ReportDiff>(
                 "torchscan ReportDiff (schema_version 1)",
                 "The result of torchscan.compare_reports, as `torchscan compare --json` writes it. See docs/schema.md.",
+            ),
+        ),
+        (
+            "throughput_report.json",
+            schema_of::<ThroughputReport>(
+                "torchscan ThroughputReport (schema_version 1)",
+                "The report of torchscan.Throughput: FLOP/s and MFU of counted, timed steps. See docs/schema.md.",
             ),
         ),
     ]

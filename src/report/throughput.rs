@@ -1,0 +1,47 @@
+//! ThroughputReport: the achieved FLOP rate of counted, timed steps (`torchscan.Throughput`), and
+//! the model FLOPs utilization (MFU) when the device's peak is given.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{MetricResult, Status};
+
+/// A rate (FLOP/s) or a fraction (MFU): a float, with the status rules of every metric (a
+/// partial count gives a partial rate: `known_value` is then a lower bound).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RateResult {
+    pub status: Status,
+    pub value: Option<f64>,
+    pub known_value: Option<f64>,
+    /// `FLOP/s`, or `fraction` (MFU: achieved over peak).
+    #[schemars(extend("enum" = ["FLOP/s", "fraction"]))]
+    pub unit: String,
+}
+
+/// One timed step: its counted FLOPs and its seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepTiming {
+    pub flops: MetricResult,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThroughputReport {
+    #[schemars(extend("const" = 1))]
+    pub schema_version: u32,
+    /// Timed steps.
+    pub steps: u64,
+    /// Their seconds, summed (each from the step's start to its end, counting included).
+    pub seconds: f64,
+    /// Their FLOPs, summed (statuses merged: any partial step makes the sum partial).
+    pub flops: MetricResult,
+    /// `flops / seconds`.
+    pub flops_per_second: RateResult,
+    /// The device's peak the MFU is measured against (FLOP/s); `null` when none was given.
+    pub peak_flops_per_second: Option<f64>,
+    /// `flops_per_second / peak_flops_per_second`; unavailable without a peak.
+    pub mfu: RateResult,
+    /// Each step's timing, when they were kept (`keep_steps=True`); else empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_step: Vec<StepTiming>,
+}

@@ -1,0 +1,155 @@
+//! Throughput and MFU of timed, counted steps (`torchscan.Throughput`): the steps' FLOPs summed
+//! with the status rules of every metric, divided by their seconds, and by the device's peak.
+
+use crate::error::{Error, Result};
+use crate::report::{MetricResult, RateResult, Status, StepTiming, ThroughputReport, METHOD_NATIVE, SCHEMA_VERSION};
+
+/// The sum of the steps' FLOPs: complete when every step's is, partial (a lower bound) when a
+/// step's is partial or a step's count is unavailable, unavailable when the sum overflows.
+fn summed(steps: &[StepTiming]) -> MetricResult {
+    let mut status = Status::Complete;
+    let mut known: Option<u64> = Some(0);
+    for step in steps {
+        let (step_status, part) = match step.flops.status {
+            Status::Complete => (Status::Complete, step.flops.value),
+            other => (other, step.flops.known_value),
+        };
+        if step_status != Status::Complete {
+            status = Status::Partial;
+        }
+        known = known.and_then(|k| k.checked_add(part.unwrap_or(0)));
+    }
+    let (status, value, known_value) = match known {
+        None => (Status::Unavailable, None, None),
+        Some(k) if status == Status::Complete => (Status::Complete, Some(k), Some(k)),
+        Some(k) => (Status::Partial, None, Some(k)),
+    };
+    MetricResult {
+        status,
+        value,
+        known_value,
+        unit: "FLOPs".into(),
+        scope: "steps".into(),
+        method: METHOD_NATIVE.into(),
+    }
+}
+
+/// `numerator / denominator` with the numerator's status.
+fn rate(count: &MetricResult, denominator: Option<f64>, unit: &str) -> RateResult {
+    let per = |n: Option<u64>| denominator.filter(|d| *d > 0.0).and_then(|d| n.map(|n| n as f64 / d));
+    let (status, value, known_value) = match (count.status, denominator.filter(|d| *d > 0.0)) {
+        (_, None) | (Status::Unavailable, _) => (Status::Unavailable, None, None),
+        (Status::Complete, _) => (Status::Complete, per(count.value), per(count.value)),
+        (Status::Partial, _) => (Status::Partial, None, per(count.known_value)),
+    };
+    RateResult { status, value, known_value, unit: unit.into() }
+}
+
+/// The report of `steps`; `peak`: the device's peak FLOP/s, for MFU.
+pub fn throughput_report(steps: Vec<StepTiming>, peak: Option<f64>, keep_steps: bool) -> Result<ThroughputReport> {
+    if let Some(bad) = steps.iter().find(|s| !s.seconds.is_finite() || s.seconds < 0.0) {
+        return Err(Error::BadArgument(format!(
+            "a step's seconds must be finite and not negative, got {}",
+            bad.seconds
+        )));
+    }
+    if let Some(peak) = peak.filter(|p| !p.is_finite() || *p <= 0.0) {
+        return Err(Error::BadArgument(format!("peak_flops must be a positive number of FLOP/s, got {peak}")));
+    }
+    let flops = summed(&steps);
+    let seconds: f64 = steps.iter().map(|s| s.seconds).sum();
+    let flops_per_second = rate(&flops, Some(seconds), "FLOP/s");
+    // MFU: the FLOP rate over the peak, with the rate's status.
+    let mfu = match peak {
+        Some(peak) => RateResult {
+            status: flops_per_second.status,
+            value: flops_per_second.value.map(|v| v / peak),
+            known_value: flops_per_second.known_value.map(|v| v / peak),
+            unit: "fraction".into(),
+        },
+        None => RateResult { status: Status::Unavailable, value: None, known_value: None, unit: "fraction".into() },
+    };
+    Ok(ThroughputReport {
+        schema_version: SCHEMA_VERSION,
+        steps: steps.len() as u64,
+        seconds,
+        flops,
+        flops_per_second,
+        peak_flops_per_second: peak,
+        mfu,
+        per_step: if keep_steps { steps } else { Vec::new() },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(status: Status, value: Option<u64>, known: Option<u64>, seconds: f64) -> StepTiming {
+        StepTiming {
+            flops: MetricResult {
+                status,
+                value,
+                known_value: known,
+                unit: "FLOPs".into(),
+                scope: "workload".into(),
+                method: METHOD_NATIVE.into(),
+            },
+            seconds,
+        }
+    }
+
+    #[test]
+    fn rate_and_mfu_of_complete_steps() {
+        // Two steps of 3e9 and 5e9 FLOPs in 0.5 s and 1.5 s: 8e9 FLOPs in 2 s = 4e9 FLOP/s;
+        // against a 1e10 FLOP/s peak, an MFU of 0.4.
+        let steps = vec![
+            step(Status::Complete, Some(3_000_000_000), Some(3_000_000_000), 0.5),
+            step(Status::Complete, Some(5_000_000_000), Some(5_000_000_000), 1.5),
+        ];
+        let report = throughput_report(steps, Some(1e10), false).unwrap();
+        assert_eq!((report.steps, report.seconds), (2, 2.0));
+        assert_eq!((report.flops.status, report.flops.value), (Status::Complete, Some(8_000_000_000)));
+        assert_eq!(report.flops_per_second.value, Some(4e9));
+        assert_eq!((report.mfu.status, report.mfu.value), (Status::Complete, Some(0.4)));
+        assert!(report.per_step.is_empty());
+    }
+
+    #[test]
+    fn a_partial_step_makes_lower_bounds_and_no_peak_no_mfu() {
+        let steps = vec![step(Status::Complete, Some(100), Some(100), 1.0), step(Status::Partial, None, Some(60), 1.0)];
+        let report = throughput_report(steps, None, true).unwrap();
+        assert_eq!(
+            (report.flops.status, report.flops.value, report.flops.known_value),
+            (Status::Partial, None, Some(160))
+        );
+        assert_eq!(
+            (report.flops_per_second.status, report.flops_per_second.value, report.flops_per_second.known_value),
+            (Status::Partial, None, Some(80.0))
+        );
+        assert_eq!((report.mfu.status, report.mfu.value), (Status::Unavailable, None));
+        assert_eq!(report.per_step.len(), 2);
+    }
+
+    #[test]
+    fn no_time_no_rate_and_overflow_is_unavailable() {
+        let report = throughput_report(vec![step(Status::Complete, Some(5), Some(5), 0.0)], Some(1.0), false).unwrap();
+        assert_eq!(report.flops_per_second.status, Status::Unavailable);
+        let big = || step(Status::Complete, Some(u64::MAX), Some(u64::MAX), 1.0);
+        let report = throughput_report(vec![big(), big()], None, false).unwrap();
+        assert_eq!((report.flops.status, report.flops.known_value), (Status::Unavailable, None));
+        let report = throughput_report(Vec::new(), None, false).unwrap();
+        assert_eq!(
+            (report.steps, report.flops.value, report.flops_per_second.status),
+            (0, Some(0), Status::Unavailable)
+        );
+    }
+
+    #[test]
+    fn bad_seconds_and_peaks_are_refused_by_value() {
+        let error = throughput_report(vec![step(Status::Complete, Some(1), Some(1), -1.0)], None, false).unwrap_err();
+        assert!(error.to_string().contains("got -1"), "{error}");
+        let error = throughput_report(Vec::new(), Some(0.0), false).unwrap_err();
+        assert!(error.to_string().contains("peak_flops must be a positive number of FLOP/s, got 0"), "{error}");
+    }
+}

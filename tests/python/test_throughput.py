@@ -1,0 +1,140 @@
+"""torchscan.Throughput: FLOP/s and MFU of counted, timed steps, on CPU with exact FLOP counts and a
+controlled clock (src/throughput.rs tests the arithmetic and the status rules by hand)."""
+
+import pytest
+import torch
+
+import torchscan
+from helpers import schema_validator
+from torchscan import Throughput, peak_flops
+
+
+class Clock:
+    """A clock that moves only when told: each reading returns the next of `readings`."""
+
+    def __init__(self, *readings):
+        self.readings = list(readings)
+
+    def __call__(self):
+        return self.readings.pop(0)
+
+
+A, B = torch.randn(2, 3), torch.randn(3, 4)
+MM = 2 * 2 * 3 * 4  # one [2,3] @ [3,4]: 48 FLOPs
+
+
+def test_flops_per_second_and_mfu_of_exact_steps():
+    # Three steps of one mm each (48 FLOPs), timed 0.5 s, 0.25 s and 0.25 s: 144 FLOPs in 1 s.
+    clock = Clock(10.0, 10.5, 20.0, 20.25, 30.0, 30.25)
+    meter = Throughput(peak_flops=1440.0, clock=clock)
+    for _ in range(3):
+        with meter.step():
+            torch.mm(A, B)
+    report = meter.report()
+    assert schema_validator("throughput_report").is_valid(report)
+    assert (report["steps"], report["seconds"]) == (3, 1.0)
+    assert report["flops"]["status"] == "complete"
+    assert report["flops"]["value"] == 3 * MM
+    assert report["flops_per_second"] == {"status": "complete", "value": 144.0, "known_value": 144.0, "unit": "FLOP/s"}
+    # 144 FLOP/s of a 1440 FLOP/s peak.
+    assert report["mfu"] == {"status": "complete", "value": 0.1, "known_value": 0.1, "unit": "fraction"}
+    assert report["peak_flops_per_second"] == 1440.0
+    assert "per_step" not in report  # no per-step figures unless asked
+
+
+def test_a_training_step_counts_forward_backward_and_optimizer():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 4, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(2, 3)
+    meter = Throughput(keep_steps=True, clock=Clock(0.0, 2.0), modules=model)
+    with meter.step():
+        model(x).sum().backward()
+        optimizer.step()
+    with torchscan.count_flops() as counter:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+    report = meter.report()
+    # The same work as count_flops counts (zero_grad(set_to_none) does none).
+    assert report["flops"]["value"] == counter.report()["total"]["value"]
+    assert report["flops_per_second"]["value"] == report["flops"]["value"] / 2.0
+    assert report["mfu"]["status"] == "unavailable"  # no peak given
+    assert report["per_step"] == [{"flops": report["per_step"][0]["flops"], "seconds": 2.0}]
+    assert report["per_step"][0]["flops"]["value"] == report["flops"]["value"]
+
+
+def test_a_partial_step_makes_a_lower_bound():
+    lib = torch.library.Library("throughput_test", "FRAGMENT")
+    lib.define("opaque(Tensor x) -> Tensor")
+    lib.impl("opaque", lambda x: x * 2, "CPU")
+    meter = Throughput(peak_flops=96.0, clock=Clock(0.0, 1.0))
+    with meter.step():
+        torch.ops.throughput_test.opaque(torch.mm(A, B))
+    report = meter.report()
+    assert report["flops"]["status"] == "partial"
+    assert report["flops_per_second"] == {"status": "partial", "value": None, "known_value": 48.0, "unit": "FLOP/s"}
+    assert report["mfu"] == {"status": "partial", "value": None, "known_value": 0.5, "unit": "fraction"}
+
+
+def test_a_step_that_raises_is_not_timed_and_its_exception_propagates():
+    meter = Throughput(clock=Clock(0.0, 1.0, 5.0))
+    with pytest.raises(ZeroDivisionError), meter.step():
+        torch.mm(A, B)
+        1 / 0  # noqa: B018
+    assert meter.steps == 0
+    with meter.step():  # the meter still works, and the next step reads the clock afresh
+        torch.mm(A, B)
+    assert meter.report()["seconds"] == 4.0
+    assert torchscan.measure_flops(lambda: torch.mm(A, B))["total"]["value"] == MM  # nothing left behind
+
+
+def test_steps_do_not_nest():
+    meter = Throughput(clock=Clock(0.0, 1.0, 2.0))
+    with meter.step(), pytest.raises(RuntimeError, match="steps do not nest"), meter.step():
+        pass
+    assert meter.steps == 1
+
+
+def test_no_steps_no_rate():
+    report = Throughput().report()
+    assert report["steps"] == 0
+    assert report["flops_per_second"]["status"] == "unavailable"
+
+
+def test_the_peak_table():
+    assert peak_flops("A100", torch.bfloat16) == 312e12
+    assert peak_flops("H100-SXM", "float32") == 67e12
+    assert peak_flops("H100-SXM", torch.float16) == peak_flops("H100-SXM") == 989.5e12
+    assert set(torchscan.PEAK_FLOPS["V100-SXM2"]) == {"float16", "float32"}
+    with pytest.raises(ValueError, match="no peak for device 'H1000'; known: A10, A100, H100-PCIe"):
+        peak_flops("H1000")
+    with pytest.raises(ValueError, match=r"no V100-SXM2 peak for dtype torch.bfloat16; known: float16, float32"):
+        peak_flops("V100-SXM2", torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"peak_flops": 0}, ValueError, "peak_flops must be a positive number of FLOP/s or None, got 0"),
+        ({"peak_flops": float("nan")}, ValueError, "got nan"),
+        ({"peak_flops": "A100"}, ValueError, "got 'A100'"),
+        ({"synchronize": "yes"}, ValueError, "synchronize must be True, False or None, got 'yes'"),
+        ({"clock": 3}, TypeError, "clock must be a callable returning seconds, got a int"),
+        ({"threads": "some"}, ValueError, "threads"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Throughput(**kwargs)
+
+
+def test_a_clock_that_misbehaves_is_named():
+    meter = Throughput(clock=Clock(5.0, 4.0))
+    with pytest.raises(ValueError, match="the clock went backwards"), meter.step():
+        pass
+    meter = Throughput(clock=lambda: "now")
+    with pytest.raises(ValueError, match="the clock must return finite seconds, got 'now'"), meter.step():
+        pass
+    assert meter.steps == 0
+    assert torchscan.measure_flops(lambda: torch.mm(A, B))["total"]["value"] == MM
