@@ -138,8 +138,10 @@ setup(
     install_requires=[TORCH_REQUIREMENT],
     package_dir={"": "python"},
     packages=["torchscan", "torchscan.cli", "torchscan.modules", "torchscan.process"],
+    # The console script's launcher: answers --help without importing torch (see the file).
+    py_modules=["_torchscan_cli"],
     package_data={"torchscan": ["py.typed", "schemas/*.json", "_hooks.pyi", "_wire.pyi", "_guards.pyi"]},
-    entry_points={"console_scripts": ["torchscan = torchscan.cli:main"]},
+    entry_points={"console_scripts": ["torchscan = _torchscan_cli:main"]},
     # The module hooks' fast path (python/torchscan/_hooks.c): plain C on the Python C API, no
     # torch headers; it reaches the native library through addresses that library hands out.
     # compare_reports' input, encoded at C speed (python/torchscan/_wire.c), likewise torch-free.

@@ -114,11 +114,11 @@ void exit_call(int64_t session) {
 }
 
 std::string format_info(const std::string& report, const std::string& wrap_mode, bool receptive_field,
-                        bool effective_rf_stats, int64_t max_width) {
+                        bool effective_rf_stats, int64_t max_width, const std::string& layout, int64_t max_depth) {
   TORCH_CHECK_VALUE(max_width >= 0, "max_width must not be negative, got ", max_width);
   return std::string(call_core([&] {
-    return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats,
-                            static_cast<std::size_t>(max_width));
+    return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats, static_cast<std::size_t>(max_width),
+                            layout, max_depth);
   }));
 }
 
@@ -341,7 +341,8 @@ TORCH_LIBRARY(torchscan, m) {
   def("enter_call(int session, str module_label, str call_label) -> ()", &torchscan::enter_call);
   def("exit_call(int session) -> ()", &torchscan::exit_call);
   def("compare_reports(str before, str after) -> str", &torchscan::compare_reports);
-  def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats, int max_width=0) -> str",
+  def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats, int max_width=0, "
+      "str layout=\"classic\", int max_depth=-1) -> str",
       &torchscan::format_info);
   def("format_flops(str report, str by, int max_depth=-1, int max_width=0) -> str", &torchscan::format_flops);
   def("throughput_report(str steps, float peak, bool keep_steps) -> str", &torchscan::throughput_report);

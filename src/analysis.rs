@@ -55,7 +55,15 @@ impl TableRequest {
     fn draw(&self, report: &AnalysisReport) -> Result<String> {
         let wrap = crate::summary::Wrap::parse(self.wrap_mode.as_deref())?;
         let draw = |report: &AnalysisReport| {
-            crate::summary::format_info(report, wrap, self.receptive_field, self.effective_rf_stats, self.max_width)
+            crate::summary::format_info(
+                report,
+                wrap,
+                self.receptive_field,
+                self.effective_rf_stats,
+                self.max_width,
+                crate::summary::Layout::Classic,
+                None,
+            )
         };
         let Some(depth) = self.max_depth else { return draw(report) };
         if !report.layers.is_empty() && !report.layers.iter().any(|layer| layer.depth == depth) {
@@ -828,6 +836,8 @@ mod tests {
             false,
             false,
             None,
+            crate::summary::Layout::Classic,
+            None,
         )
         .unwrap();
         assert!(table.lines().any(|line| line.contains("fc") && line.contains('?')), "{table}");
@@ -874,7 +884,16 @@ mod tests {
             "max_depth": null, "max_width": null});
         let out: Value = serde_json::from_str(&with_table(request.clone()).unwrap()).unwrap();
         let report: AnalysisReport = serde_json::from_value(out["report"].clone()).unwrap();
-        let expected = crate::summary::format_info(&report, crate::summary::Wrap::Mid, false, false, None).unwrap();
+        let expected = crate::summary::format_info(
+            &report,
+            crate::summary::Wrap::Mid,
+            false,
+            false,
+            None,
+            crate::summary::Layout::Classic,
+            None,
+        )
+        .unwrap();
         assert_eq!(out["table"], expected.as_str());
         // Without a request there is no table; a depth no layer has is refused, naming the deepest.
         assert!(serde_json::from_str::<Value>(

@@ -157,14 +157,17 @@ mod bridge {
         fn push_scopes(handle: i64, module_label: &str, call_label: &str) -> Result<()>;
         fn pop_scopes(handle: i64, count: usize) -> Result<()>;
 
-        /// The `summary` table of a report; `wrap_mode` is "mid", "end" or "" (no wrapping).
-        /// `max_width` 0: as wide as the content needs.
+        /// The table of a report; `wrap_mode` is "mid", "end" or "" (no wrapping). `max_width`
+        /// 0: as wide as the content needs; `layout` "classic" (`summary`) or "detailed";
+        /// `max_depth` -1: every layer.
         fn format_info(
             report: &str,
             wrap_mode: &str,
             receptive_field: bool,
             effective_rf_stats: bool,
             max_width: usize,
+            layout: &str,
+            max_depth: i64,
         ) -> Result<String>;
 
         /// The FLOPs table of a FlopReport (`flops_table.rs`): `by` "module", "operator" or
@@ -433,6 +436,8 @@ fn format_info(
     receptive_field: bool,
     effective_rf_stats: bool,
     max_width: usize,
+    layout: &str,
+    max_depth: i64,
 ) -> Result<String, String> {
     guarded(|| {
         let report: crate::report::AnalysisReport = serde_json::from_str(report).map_err(|e| {
@@ -445,6 +450,8 @@ fn format_info(
             receptive_field,
             effective_rf_stats,
             (max_width > 0).then_some(max_width),
+            crate::summary::Layout::parse(layout)?,
+            u64::try_from(max_depth).ok(),
         )
     })
 }

@@ -169,7 +169,8 @@ def _analyse(
         raise
     report: AnalysisReport = result["report"]
     if strict and result["incomplete"]:
-        raise IncompleteAnalysisError(f"Analysis is incomplete for: {', '.join(result['incomplete'])}.", report)
+        incomplete = result["incomplete"]
+        raise IncompleteAnalysisError(f"Analysis is incomplete for: {', '.join(incomplete)}.", report, incomplete)
     return report, result.get("table")
 
 

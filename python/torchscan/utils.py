@@ -21,15 +21,35 @@ def format_info(
     effective_rf_stats: bool = False,
     *,
     max_width: int | None = None,
+    layout: Literal["classic", "detailed"] = "classic",
+    max_depth: int | None = None,
 ) -> str:
     """The table `summary` prints for ``report`` (rendered by the native core). ``max_width``
-    (a terminal's width, say) narrows the Layer, Output Shape and Type columns to fit it."""
+    (a terminal's width, say) narrows the Layer, Output Shape and Type columns to fit it.
+
+    ``layout="classic"`` is torchscan 0.2's table (Param # counts parameters and buffers);
+    ``"detailed"`` (the ``torchscan`` command's) puts parameters and buffers in columns of their
+    own, adds each call's operator FLOPs (exact; ``>= N`` partial, ``?`` unavailable), and ends
+    with totals that name the method of each FLOPs figure, sizes in MB (10^6 bytes); a layer's
+    counts there include those of the layers inside it, also when ``max_depth`` (layers down to
+    that depth; a depth beyond the model's shows every layer) hides them."""
     table_request(wrap_mode, receptive_field, effective_rf_stats, None, max_width)
+    _check_choice("layout", layout, ("classic", "detailed"))
+    if max_depth is not None:
+        _check_depth(max_depth)
     _layers(report, "format_info")
     if not isinstance(report.get("totals"), Mapping):
         raise ValueError("report['totals'] must be a mapping of the AnalysisReport's totals")
     text = _report_json(report, "an AnalysisReport")
-    table: str = ops.format_info(text, wrap_mode or "", bool(receptive_field), bool(effective_rf_stats), max_width or 0)
+    table: str = ops.format_info(
+        text,
+        wrap_mode or "",
+        bool(receptive_field),
+        bool(effective_rf_stats),
+        max_width or 0,
+        layout,
+        -1 if max_depth is None else max_depth,
+    )
     return table
 
 

@@ -15,6 +15,10 @@ def unsupported():
     return nn.Sequential(nn.Linear(4, 8), Doubler())
 
 
+def many_unsupported():
+    return nn.Sequential(*(Doubler() for _ in range(6)))
+
+
 def supported():
     """unsupported() with a supported leaf instead, and one more layer: complete, to compare with."""
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -78,3 +82,20 @@ def llama_small():
 
 def vit_small():
     return _hugging_face("ViTConfig", "ViTModel", image_size=32, patch_size=8, **_TRANSFORMER)
+
+
+# A name longer than any table column, to see it cut (--width) or whole (piped output).
+LONG_NAME = "a_submodule_with_a_name_much_longer_than_the_layer_column_allows"
+
+
+def long_names():
+    model = nn.Sequential()
+    model.add_module(LONG_NAME, nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+    return model
+
+
+class SparseDoubler(nn.Module):
+    """Work on a sparse tensor that no formula prices: operator FLOPs are partial."""
+
+    def forward(self, x):
+        return torch.sparse.sum(x.to_sparse() * 2)

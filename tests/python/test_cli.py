@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torchvision
 
+import cli_models
 import torchscan
 from helpers import schema_validator
 from torchscan import cli
@@ -45,8 +47,9 @@ def totals_section(stdout):
     for line in lines[start:]:
         if not line.startswith("  "):
             break
-        name, *value, unit, status = line.split()
-        section[name] = (" ".join(value), unit, status)
+        # Columns: Total, Value, Unit, Status, Measures (two spaces or more apart).
+        name, value, unit, status, *_ = re.split(r"\s{2,}", line.strip())
+        section[name] = (value, unit, status)
     return section
 
 
@@ -77,7 +80,11 @@ def test_default_model_prints_its_table_and_totals(tmp_path):
     assert totals["parameters"] == ("5,466", "elements", "complete")
     assert totals["operator_flops"][2] == "complete"
     assert set(totals) >= {"module_flops", "macs", "dmas", "buffer_bytes"}
-    assert "Trainable params: 5,466" in result.stdout
+    assert "Parameters: 5,466 (trainable 5,466, frozen 0)" in result.stdout
+    # BatchNorm2d(16): 32 parameters and 33 buffer elements (running mean and variance, the
+    # batch counter), in columns of their own; its FLOPs: 2 per element of 16x32x32.
+    bn = re.split(r"\s{2,}", next(row for row in rows if " BatchNorm2d " in row).strip())
+    assert bn[-6:] == ["BatchNorm2d", "(1, 16, 32, 32)", "32", "33", "True", "32,768"]
 
 
 def test_python_dash_m_is_the_same_command(tmp_path):
@@ -101,14 +108,17 @@ def test_torchvision_model_with_max_depth(tmp_path):
         assert totals[name] == (f"{expected[name]['value']:,}", expected[name]["unit"], "complete")
 
 
-def test_the_table_fits_the_terminal(tmp_path):
-    wide = run("torchvision.models:resnet18", "--input-shape", "3,32,32", cwd=tmp_path, columns=200)
-    narrow = run("torchvision.models:resnet18", "--input-shape", "3,32,32", cwd=tmp_path, columns=64)
-    assert wide.returncode == 0 and narrow.returncode == 0, narrow.stderr
-    width = max(len(line) for line in table_rows(wide.stdout))
-    assert width > 64
-    assert all(len(line) <= 64 for line in table_rows(narrow.stdout)), narrow.stdout
-    assert len(table_rows(narrow.stdout)) == len(table_rows(wide.stdout))
+def test_the_table_fits_a_width_and_is_whole_when_piped(tmp_path):
+    # Piped (not a terminal): nothing is cut, whatever COLUMNS says.
+    whole = run("cli_models:long_names", "--input-shape", "4", cwd=tmp_path, columns=64)
+    narrow = run("cli_models:long_names", "--input-shape", "4", "--width", "72", cwd=tmp_path)
+    assert whole.returncode == 0 and narrow.returncode == 0, narrow.stderr
+    assert f"├─{cli_models.LONG_NAME}  Sequential" in whole.stdout
+    assert "BatchNorm1d " in whole.stdout
+    assert max(len(line) for line in table_rows(whole.stdout)) > 72
+    assert all(len(line) <= 72 for line in table_rows(narrow.stdout)), narrow.stdout
+    assert "[...]" in narrow.stdout
+    assert len(table_rows(narrow.stdout)) == len(table_rows(whole.stdout))
 
 
 def test_json_to_stdout_is_only_the_report(tmp_path):
@@ -142,20 +152,39 @@ def test_structure_mode(tmp_path):
 
 def test_strict_fails_on_an_incomplete_analysis_and_still_writes_the_json(tmp_path):
     path = tmp_path / "partial.json"
-    result = run("cli_models:unsupported", "--input-shape", "4", "--strict", "--json", str(path), cwd=tmp_path)
+    args = ("cli_models:unsupported", "--input-shape", "4")
+    result = run(*args, "--strict-metrics", "module_flops,macs,dmas", "--json", str(path), cwd=tmp_path)
     assert result.returncode == 1
-    assert "--strict: Analysis is incomplete for: dmas, macs, module_flops, receptive_field" in result.stderr
+    # The receptive field is not judged: not named.
+    assert "--strict: the analysis is incomplete for: dmas, macs, module_flops;" in result.stderr
     assert f"the report was written to {path}" in result.stderr
     report = valid("analysis_report", json.loads(path.read_text()))
     assert report["totals"]["module_flops"]["status"] == "partial"
     # The table still shows what is missing: partial totals as lower bounds, and why.
     totals = totals_section(result.stdout)
     assert totals["module_flops"] == (">= 64", "FLOPs", "partial")
-    assert "unsupported_module_metric (layer 1, metric module_flops): Module type not supported: Doubler" in (
-        result.stdout
-    )
-    # Without --strict the same analysis succeeds.
-    assert run("cli_models:unsupported", "--input-shape", "4", cwd=tmp_path).returncode == 0
+    # One line for the module type's four metrics (the diagnostics are grouped).
+    assert (
+        "warning: unsupported_module_metric (layer 1; metrics module_flops, macs, dmas, receptive_field): "
+        "Module type not supported: Doubler"
+    ) in result.stdout
+    # Without --strict the same analysis succeeds; with --strict too: the table's metrics
+    # (parameters, buffers, operator FLOPs) are complete, only the module formulas are not.
+    assert run(*args, cwd=tmp_path).returncode == 0
+    assert run(*args, "--strict", cwd=tmp_path).returncode == 0
+    # With --receptive-field the column it adds is judged (Doubler has no formula for it).
+    shown = run(*args, "--strict", "--receptive-field", cwd=tmp_path)
+    assert shown.returncode == 1 and "incomplete for: receptive_field" in shown.stderr
+    every = run(*args, "--strict-metrics", "all", cwd=tmp_path)
+    assert "incomplete for: dmas, macs, module_flops, receptive_field" in every.stderr
+
+
+def test_strict_fails_when_operator_flops_are_partial(tmp_path):
+    # An operator on a sparse tensor that no formula prices: partial operator FLOPs, named.
+    result = run("cli_models:SparseDoubler", "--input-shape", "4", "--strict", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "--strict: the analysis is incomplete for: flops, operator_flops" in result.stderr
+    assert totals_section(result.stdout)["operator_flops"][2] == "partial"
 
 
 @pytest.mark.parametrize(
@@ -178,7 +207,8 @@ def test_a_forward_that_raises_exits_1_with_its_message(tmp_path):
     result = run("cli_models:Broken", "--input-shape", "4", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr == (
-        "torchscan: error: analysis of cli_models:Broken failed: ValueError: this model rejects every input\n"
+        "torchscan: error: analysis of cli_models:Broken failed on the inputs (1, 4) float32: ValueError: this model "
+        "rejects every input\n"
     )
     assert "Traceback" not in result.stderr
 
@@ -243,10 +273,16 @@ def test_main_returns_the_status_and_writes_json(capsys):
     assert report["context"]["dtypes"] == ["torch.float64", "torch.int64"]  # int64: batch norm's counters
 
 
-def test_a_json_path_that_cannot_be_written_exits_1(tmp_path, capsys):
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_analysis(tmp_path, capsys):
     target = tmp_path / "no-such-dir" / "report.json"
-    assert cli.main(["--json", str(target)]) == 1
-    assert "No such file or directory" in capsys.readouterr().err
+    assert cli.main(["--json", str(target)]) == 2
+    assert f"argument --json: the folder {str(target.parent)!r} of {str(target)!r} does not exist" in (
+        capsys.readouterr().err
+    )
+    assert cli.main(["--csv", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert cli.main(["--csv", "-", "--json", "-"]) == 2
+    assert "only one of --json and --csv" in capsys.readouterr().err
 
 
 def test_several_inputs_and_dtypes(capsys):
@@ -271,14 +307,24 @@ def test_receptive_field_column(capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["torchvision.models:resnet18"], "--input-shape is required with MODEL 'torchvision.models:resnet18'"),
+        (["torchvision.models:resnet18"], "the inputs are required with MODEL 'torchvision.models:resnet18'"),
         (["torch.nn:Linear", "--input-shape", "4"], "cannot build MODEL 'torch.nn:Linear' by calling it with no"),
+        (["torch.nn:Linear", "--input-shape", "4", "--kw", "in_features=4"], "with in_features=4: TypeError"),
+        (["--kw", "num_classes=2", "--kw", "num_classes=3"], "argument --kw: 'num_classes' is given twice"),
+        (["--kw", "2=3"], "invalid keyword argument '2=3'"),
+        (["--input", "x:int64:4", "--input-shape", "4"], "with --input or with --input-shape, not both"),
+        (["--input", "x:int99:4"], "argument --input: unknown dtype 'int99'"),
+        (["--input", "x:int64:4:5..5"], "the range '5..5' must be LOW..HIGH with integers LOW < HIGH"),
+        (["--input", "x:float32:4:0..2"], "the range 0..2 applies to integer inputs"),
+        (["--input", "x:int8:4:0..1000"], "the range 0..1000 of an input does not fit torch.int8"),
+        (["--input", "1x:int64:4"], "the name '1x' is not a Python identifier"),
+        (["--batch-size", "0"], "invalid batch size '0'"),
+        (["--input", "x:float32:3,32,32", "--dtype", "float32"], "an --input names its own dtype"),
         (["cli_models:not_a_module", "--input-shape", "4"], "MODEL 'cli_models:not_a_module' returned a Tensor"),
         (["cli_models:Nope", "--input-shape", "4"], "cli_models has no attribute 'Nope'"),
         (["justaname", "--input-shape", "4"], "invalid MODEL 'justaname'"),
         (["--dtype", "float99"], "argument --dtype: unknown dtype 'float99'"),
         (["--device", "gpu7"], "argument --device: invalid device 'gpu7'"),
-        (["--max-depth", "9"], "argument --max-depth: max_depth 9 is higher than the module depth (2)"),
         (["--input-shape", "3,-2"], "invalid shape '3,-2'"),
         (["compare", "only-one.json"], "the following arguments are required: AFTER.json"),
     ],
@@ -290,6 +336,19 @@ def test_usage_errors_in_process(capsys, args, message):
 
 def test_help_exits_0(capsys):
     assert cli.main(["--help"]) == 0
-    assert "compare BEFORE.json AFTER.json" in capsys.readouterr().out
+    assert "compare BEFORE.json AFTER.json" in " ".join(capsys.readouterr().out.split())
     assert cli.main(["compare", "--help"]) == 0
     assert "lower bound" in capsys.readouterr().out
+
+
+def test_repeated_diagnostics_are_one_line(tmp_path):
+    # 6 layers of a module type without module formulas: 18 diagnostics (module_flops, macs,
+    # dmas each), one line naming three layers and the count of the rest.
+    result = run("cli_models:many_unsupported", "--input-shape", "4", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "unsupported_module_metric" in line]
+    assert lines == [
+        "  warning: unsupported_module_metric (layers 0, 1, 2 and 3 more; metrics module_flops, macs, dmas, "
+        "receptive_field): Module type not supported: Doubler"
+    ]
+    assert "Diagnostics (24, 1 distinct):" in result.stdout

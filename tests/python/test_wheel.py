@@ -107,8 +107,10 @@ def test_the_wheel_holds_the_library_and_nothing_of_the_build_machine(wheel, tmp
         names = archive.namelist()
         assert "torchscan/_lib/libtorchscan.so" in names
         assert "torchscan/_lib/build_info.json" in names
-        # Nothing but the package and its metadata: no sources, no build folders.
-        assert all(n.startswith(("torchscan/", "torchscan-")) for n in names), names
+        # Nothing but the package, its metadata and the console script's launcher (a top-level
+        # module): no sources, no build folders.
+        assert "_torchscan_cli.py" in names
+        assert all(n.startswith(("torchscan/", "torchscan-")) or n == "_torchscan_cli.py" for n in names), names
         archive.extractall(tmp_path)
     home = str(Path.home())
     machine_paths = [str(ROOT), home, sys.prefix, str(Path(torch.__file__).resolve().parent)]

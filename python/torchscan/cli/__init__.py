@@ -1,22 +1,27 @@
 """The `torchscan` command: a model's summary from an import path, and report comparison.
 
-    torchscan [MODEL] [--input-shape 3,224,224 ...] [--dtype D] [--device D] [--max-depth N]
-              [--mode {full,structure}] [--receptive-field] [--flops-by {module,operator,category}]
-              [--strict] [--json PATH|-]
+    torchscan [MODEL] [--kw NAME=VALUE ...] [--input [NAME:]DTYPE:SHAPE[:LOW..HIGH] ...]
+              [--input-shape 3,224,224 ... [--dtype D ...]] [--batch-size N] [--device D]
+              [--max-depth N] [--mode {full,structure}] [--receptive-field]
+              [--flops-by {module,operator,category}] [--width COLUMNS] [--strict]
+              [--json PATH|-] [--csv PATH|-]
     torchscan compare BEFORE.json AFTER.json [--json PATH|-]
 
 Exit status: 0 success; 2 usage error (bad option, MODEL that cannot be imported or built, bad
-shape, dtype or device); 1 analysis failure (the model's forward raised, an incomplete analysis
-with --strict, a report that cannot be read or compared), with the message on stderr.
+shape, dtype, device or output path); 1 analysis failure (the model's forward raised, an
+incomplete analysis with --strict, a report that cannot be read or compared), with the message
+on stderr.
 
-This file parses the command line and runs the commands; `models.py` loads the model,
-`render.py` writes the text and JSON output.
+This file runs the commands; `options.py` holds the parsers (torch-free, for a fast --help),
+`models.py` loads the model, `inputs.py` generates its inputs, `render.py` writes the text, JSON
+and CSV output.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,9 +34,10 @@ from ..compare import compare_reports
 from ..crawler import crawl_module
 from ..errors import IncompleteAnalysisError
 from ..report import AnalysisReport
-from ..utils import aggregate_info
+from .inputs import GeneratedInputs, generate, resolve_dtype
 from .models import build_model, check_device
-from .render import STDOUT, diff_text, flops_text, summary_text, write_json
+from .options import EXAMPLE_INPUT_SHAPE, InputSpec, analyse_parser, compare_parser, merge_kwargs
+from .render import STDOUT, diff_text, flops_text, summary_text, write_csv, write_json
 
 __all__ = ["ExampleNet", "main"]
 
@@ -43,7 +49,7 @@ class ExampleNet(nn.Module):
     convolution blocks with batch norm, ReLU and pooling, then a linear head) for 3x32x32 images.
     Every layer has a module formula, so its report is complete."""
 
-    input_shape = (3, 32, 32)
+    input_shape = EXAMPLE_INPUT_SHAPE
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
@@ -64,129 +70,6 @@ class ExampleNet(nn.Module):
         return out
 
 
-# ---- argument types (argparse turns their ArgumentTypeError into a usage error) ----
-
-
-def _shape(text: str) -> Shape:
-    """`3,224,224` -> (3, 224, 224): one input's shape without the batch dimension."""
-    parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() for part in parts):
-        raise argparse.ArgumentTypeError(
-            f"invalid shape {text!r}: expected comma-separated non-negative integers without the batch "
-            "dimension, like 3,224,224"
-        )
-    return tuple(int(part) for part in parts)
-
-
-def _dtype(text: str) -> torch.dtype:
-    """`float16` or `torch.float16` -> torch.float16."""
-    name = text.removeprefix("torch.")
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise argparse.ArgumentTypeError(
-            f"unknown dtype {text!r}: expected a torch dtype name like float32 or bfloat16"
-        )
-    return dtype
-
-
-def _device(text: str) -> torch.device:
-    try:
-        return torch.device(text)
-    except RuntimeError as error:
-        raise argparse.ArgumentTypeError(f"invalid device {text!r}: {error}") from None
-
-
-def _depth(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"invalid depth {text!r}: expected a non-negative integer")
-    return int(text)
-
-
-# ---- parsers ----
-
-
-def _analyse_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Analyse one forward pass of a PyTorch model and print its layer table and totals "
-            f"(parameters, module-formula and operator FLOPs, MACs, DMAs). Compare two saved reports with "
-            f"'{prog} compare BEFORE.json AFTER.json'."
-        ),
-        epilog=(
-            "MODEL is imported from the current directory or the installed packages, then called with no "
-            "arguments (a module instance is used as is). Without MODEL, a small built-in example network "
-            f"(torchscan.cli:ExampleNet) is analysed with input shape {','.join(map(str, ExampleNet.input_shape))}."
-        ),
-    )
-    parser.add_argument(
-        "model",
-        nargs="?",
-        metavar="MODEL",
-        help="import path of an nn.Module class or zero-argument factory: 'torchvision.models:resnet18', "
-        "'mypkg.nets:Net' (default: the built-in example network)",
-    )
-    parser.add_argument(
-        "--input-shape",
-        action="append",
-        type=_shape,
-        metavar="SHAPE",
-        help="shape of one input without the batch dimension (a batch of 1 is added), e.g. 3,224,224; "
-        "repeat for a model that takes several inputs",
-    )
-    parser.add_argument(
-        "--dtype",
-        action="append",
-        type=_dtype,
-        metavar="DTYPE",
-        help="dtype of the generated inputs (float32, bfloat16, int64, ...): once for all inputs, or once per "
-        "--input-shape (default: the model's first parameter's dtype); a floating dtype also casts the model's "
-        "floating-point parameters and buffers",
-    )
-    parser.add_argument(
-        "--device",
-        type=_device,
-        help="device to run on (cpu, cuda, cuda:1, ...); the model is moved there (default: where it was built)",
-    )
-    parser.add_argument("--max-depth", type=_depth, metavar="N", help="show layers down to depth N (root: 0)")
-    parser.add_argument(
-        "--mode",
-        choices=("full", "structure"),
-        default="full",
-        help="'structure' records hierarchy, shapes and parameters only, without counting compute (default: full)",
-    )
-    parser.add_argument("--receptive-field", action="store_true", help="add the receptive-field column")
-    parser.add_argument(
-        "--flops-by",
-        choices=("module", "operator", "category"),
-        help="after the table, the operator FLOPs by module (the tree, to --max-depth), operator or category, "
-        "with each row's share of the total",
-    )
-    parser.add_argument(
-        "--strict", action="store_true", help="exit with status 1 when any total is incomplete or a diagnostic exists"
-    )
-    parser.add_argument(
-        "--json",
-        metavar="PATH",
-        help="write the AnalysisReport as JSON to PATH; '-' writes only the JSON to stdout (no table)",
-    )
-    return parser
-
-
-def _compare_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"{prog} compare",
-        description="Compare two AnalysisReport JSON files (written with --json): totals and per-layer changes.",
-        epilog="A change is exact only when both sides are complete; '>= N' marks a partial value (a lower bound).",
-    )
-    parser.add_argument("before", metavar="BEFORE.json", type=Path, help="the reference report")
-    parser.add_argument("after", metavar="AFTER.json", type=Path, help="the report to compare with it")
-    parser.add_argument(
-        "--json", metavar="PATH", help="write the ReportDiff as JSON to PATH; '-' writes only the JSON to stdout"
-    )
-    return parser
-
-
 class _Failure(Exception):
     """An analysis or comparison failure: exit status 1, message on stderr."""
 
@@ -194,100 +77,258 @@ class _Failure(Exception):
 # ---- commands ----
 
 
-def _model(parser: argparse.ArgumentParser, options: argparse.Namespace) -> tuple[nn.Module, str, list[Shape]]:
-    """The model to analyse, its name for messages, and its input shapes."""
-    if options.model is None:
-        return ExampleNet(), "torchscan.cli:ExampleNet", options.input_shape or [ExampleNet.input_shape]
-    if not options.input_shape:
-        parser.error(f"--input-shape is required with MODEL {options.model!r} (for example --input-shape 3,224,224)")
+def _model(parser: argparse.ArgumentParser, options: argparse.Namespace) -> tuple[nn.Module, str]:
+    """The model to analyse and its name for messages."""
     try:
-        return build_model(options.model), options.model, options.input_shape
+        kwargs = merge_kwargs(options.kw)
+    except ValueError as error:
+        parser.error(str(error))
+    if options.model is None:
+        try:
+            return ExampleNet(**kwargs), "torchscan.cli:ExampleNet"  # type: ignore[arg-type]
+        except TypeError as error:
+            parser.error(f"argument --kw: the example network takes num_classes only ({error})")
+    try:
+        return build_model(options.model, kwargs), options.model
     except ValueError as error:
         parser.error(str(error))
 
 
-def _place(
-    parser: argparse.ArgumentParser, model: nn.Module, options: argparse.Namespace, inputs: int
-) -> torch.dtype | list[torch.dtype] | None:
-    """Moves/casts the model as --dtype and --device ask; returns crawl_module's ``dtype``."""
-    dtypes: list[torch.dtype] = options.dtype or []
-    if len(dtypes) not in (0, 1, inputs):
-        parser.error(f"give --dtype once or once per --input-shape ({len(dtypes)} dtypes for {inputs} shapes)")
-    # `--dtype bfloat16` means analysing the model in bfloat16: one floating dtype also casts the
-    # model's floating-point parameters and buffers (integer inputs, like token ids, do not).
-    floating = {d for d in dtypes if d.is_floating_point}
+def _main_input_is_token_ids(model: nn.Module) -> bool:
+    """A transformers model whose main input is token ids (BERT, GPT-2, Llama, ...)."""
+    return getattr(model, "main_input_name", None) == "input_ids"
+
+
+def _input_specs(parser: argparse.ArgumentParser, options: argparse.Namespace, model: nn.Module) -> list[InputSpec]:
+    """--input, or --input-shape with --dtype, as one list of specs with dtypes resolved."""
+    if options.input and options.input_shape:
+        parser.error("give the inputs with --input or with --input-shape, not both")
+    if options.input:
+        if options.dtype:
+            parser.error("argument --dtype: applies to --input-shape; an --input names its own dtype")
+        specs: list[InputSpec] = options.input
+    else:
+        shapes = options.input_shape
+        if not shapes and options.model is not None:
+            example = (
+                "--input input_ids:int64:128"
+                if _main_input_is_token_ids(model)
+                else "--input-shape 3,224,224 or --input float32:3,224,224"
+            )
+            parser.error(f"the inputs are required with MODEL {options.model!r} (for example {example})")
+        shapes = shapes or [EXAMPLE_INPUT_SHAPE]
+        dtypes: list[str] = options.dtype or []
+        if len(dtypes) not in (0, 1, len(shapes)):
+            parser.error(f"give --dtype once or once per --input-shape ({len(dtypes)} dtypes for {len(shapes)} shapes)")
+        if not dtypes:
+            first = next(iter(model.parameters()), None)
+            default = str(first.dtype if first is not None else torch.float32).removeprefix("torch.")
+            dtypes = ["int64" if _main_input_is_token_ids(model) else default]
+        if len(dtypes) == 1:
+            dtypes = dtypes * len(shapes)
+        specs = [InputSpec(None, dtype, shape) for dtype, shape in zip(dtypes, shapes, strict=True)]
+    for spec in specs:
+        try:
+            resolve_dtype(spec.dtype)
+        except ValueError as error:
+            parser.error(f"argument {'--input' if options.input else '--dtype'}: {error}")
+    return specs
+
+
+def _device(parser: argparse.ArgumentParser, options: argparse.Namespace) -> torch.device | None:
+    if options.device is None:
+        return None
+    try:
+        device = torch.device(options.device)
+    except RuntimeError as error:
+        parser.error(f"argument --device: invalid device {options.device!r}: {error}")
+    try:
+        check_device(device)
+    except ValueError as error:
+        parser.error(str(error))
+    return device
+
+
+def _place(model: nn.Module, specs: list[InputSpec], device: torch.device | None) -> None:
+    """Moves/casts the model as the inputs and --device ask."""
+    # Inputs in one floating dtype mean analysing the model in it (`--dtype bfloat16`): that
+    # dtype also casts the model's floating-point parameters and buffers (integer inputs, like
+    # token ids, do not).
+    floating = {resolve_dtype(spec.dtype) for spec in specs} - {torch.bool}
+    floating = {dtype for dtype in floating if dtype.is_floating_point}
     if len(floating) == 1:
         model.to(floating.pop())
-    if options.device is not None:
-        try:
-            check_device(options.device)
-        except ValueError as error:
-            parser.error(str(error))
-        model.to(options.device)
-    if not dtypes:
-        return None
-    return dtypes[0] if len(dtypes) == 1 else dtypes
+    if device is not None:
+        model.to(device)
 
 
-def _depth_view(parser: argparse.ArgumentParser, report: AnalysisReport, max_depth: int | None) -> AnalysisReport:
-    if max_depth is None:
-        return report
-    try:
-        return aggregate_info(report, max_depth)
-    except ValueError as error:
-        parser.error(f"argument --max-depth: {error}")
+def _inputs_device(model: nn.Module, device: torch.device | None) -> torch.device | None:
+    if device is not None:
+        return device
+    first = next(iter(model.parameters()), None)
+    return first.device if first is not None else None
+
+
+def _check_destination(parser: argparse.ArgumentParser, option: str, destination: str | None) -> None:
+    """An output path that cannot be written is a usage error found before the analysis runs."""
+    if destination is None or destination == STDOUT:
+        return
+    path = Path(destination)
+    folder = path.parent
+    if path.is_dir():
+        parser.error(f"argument {option}: {destination!r} is a directory; give a file path")
+    if not folder.is_dir():
+        parser.error(f"argument {option}: the folder {str(folder)!r} of {destination!r} does not exist")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        parser.error(f"argument {option}: {destination!r} cannot be written (permission denied)")
+
+
+def _failure_hint(error: Exception, specs: list[InputSpec], options: argparse.Namespace) -> str:
+    """What to change when the forward rejected the generated inputs."""
+    text = str(error)
+    floating = [spec for spec in specs if resolve_dtype(spec.dtype).is_floating_point]
+    if floating and any(word in text for word in ("indices", "Long, Int", "Expected tensor for argument #1")):
+        return "; the model seems to take integer inputs (token ids): give --dtype int64 or --input NAME:int64:SHAPE"
+    if options.input_shape and any(word in text for word in ("input of size", "Expected", "dimension", "shape")):
+        return (
+            f"; each SHAPE is given without the batch dimension, which --batch-size ({options.batch_size}) adds: "
+            "for an image model, 3,224,224 rather than 1,3,224,224"
+        )
+    return ""
+
+
+def _depth(report: AnalysisReport, max_depth: int | None) -> int | None:
+    """--max-depth, where a depth beyond the model's shows every layer (None)."""
+    deepest = max((layer["depth"] for layer in report["layers"]), default=0)
+    return None if max_depth is None or max_depth >= deepest else max_depth
+
+
+def _width(options: argparse.Namespace, out: TextIO) -> int | None:
+    """--width, else the terminal's width; no limit when the output is a file or a pipe."""
+    if options.width is not None:
+        return int(options.width)
+    isatty = getattr(out, "isatty", None)
+    if isatty is not None and isatty():
+        return os.get_terminal_size(out.fileno()).columns
+    return None
 
 
 def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> int:
     options = parser.parse_args(argv)
     if options.flops_by is not None and options.mode == "structure":
         parser.error("argument --flops-by: --mode structure counts no operator FLOPs")
-    model, spec, shapes = _model(parser, options)
-    dtype = _place(parser, model, options, len(shapes))
-    input_shape = shapes[0] if len(shapes) == 1 else shapes
-    incomplete: IncompleteAnalysisError | None = None
+    if options.json == STDOUT and options.csv == STDOUT:
+        parser.error("only one of --json and --csv can write to stdout ('-')")
+    for option, destination in (("--json", options.json), ("--csv", options.csv)):
+        _check_destination(parser, option, destination)
+    device = _device(parser, options)
+    model, spec = _model(parser, options)
+    specs = _input_specs(parser, options, model)
+    _place(model, specs, device)
     try:
-        report = crawl_module(
-            model, input_shape, dtype, device=options.device, strict=options.strict, mode=options.mode
-        )
-    except IncompleteAnalysisError as error:  # --strict: still shown and written, then exit 1
-        report, incomplete = error.report, error
-    except Exception as error:
-        raise _Failure(f"analysis of {spec} failed: {type(error).__name__}: {error}") from error
-    view = _depth_view(parser, report, options.max_depth)
+        inputs = generate(specs, options.batch_size, model, _inputs_device(model, device))
+    except ValueError as error:
+        parser.error(f"argument --input: {error}")
+    report, incomplete = _run(model, spec, inputs, specs, options)
+    depth = _depth(report, options.max_depth)
     if options.json is not None:
         write_json(report, options.json, out)
-    if options.json != STDOUT:
-        out.write(summary_text(view, report, options.receptive_field) + "\n")
+    if options.csv is not None:
+        write_csv(report, options.csv, out)
+    if STDOUT not in (options.json, options.csv):
+        width = _width(options, out)
+        out.write(summary_text(report, depth, options.receptive_field, width) + "\n")
         if options.flops_by is not None:
-            out.write("\n" + flops_text(report, options.flops_by, options.max_depth) + "\n")
-    if incomplete is not None:
-        written = f"; the report was written to {options.json}" if options.json not in (None, STDOUT) else ""
-        raise _Failure(f"--strict: {str(incomplete).rstrip('.')}{written}")
+            out.write("\n" + flops_text(report, options.flops_by, depth, width) + "\n")
+    if incomplete:  # --strict: the output is written all the same, then exit 1
+        written = [path for path in (options.json, options.csv) if path not in (None, STDOUT)]
+        where = f"; the report was written to {' and '.join(written)}" if written else ""
+        raise _Failure(f"--strict: the analysis is incomplete for: {', '.join(incomplete)}{where}")
     return 0
 
 
-def _load_report(path: Path) -> Any:
+# What --strict judges: the metrics of the table's columns (the module-formula totals, torchscan
+# 0.2's method, are judged when named with --strict-metrics); the receptive field with
+# --receptive-field, which shows it.
+TABLE_METRICS = frozenset(
+    {
+        "parameters",
+        "trainable_parameters",
+        "frozen_parameters",
+        "parameter_bytes",
+        "buffer_elements",
+        "buffer_bytes",
+        "operator_flops",
+        # Diagnostics of operator counting name this metric.
+        "flops",
+    }
+)
+RECEPTIVE_FIELD_METRICS = frozenset({"receptive_field", "effective_stride", "effective_padding"})
+
+
+def _judged(options: argparse.Namespace) -> frozenset[str] | None:
+    """The metrics --strict judges (None: every one), or an empty set without --strict."""
+    if options.strict_metrics is not None:
+        return None if "all" in options.strict_metrics else options.strict_metrics
+    if not options.strict:
+        return frozenset()
+    return TABLE_METRICS | (RECEPTIVE_FIELD_METRICS if options.receptive_field else frozenset())
+
+
+def _run(
+    model: nn.Module, spec: str, inputs: GeneratedInputs, specs: list[InputSpec], options: argparse.Namespace
+) -> tuple[AnalysisReport, list[str]]:
+    """The analysis, and with --strict the judged metrics that are incomplete: crawl_module's
+    judgement (the totals of the metrics the mode measures, and the diagnostics), limited to the
+    metrics --strict judges."""
+    judged = _judged(options)
     try:
-        text = path.read_text()
+        report = crawl_module(
+            model, args=inputs.args, kwargs=inputs.kwargs, mode=options.mode, strict=judged != frozenset()
+        )
+    except IncompleteAnalysisError as error:
+        return error.report, [m for m in error.metrics if judged is None or m in judged]
+    except Exception as error:
+        hint = _failure_hint(error, specs, options)
+        raise _Failure(
+            f"analysis of {spec} failed on the inputs {inputs.describe()}: {type(error).__name__}: {error}{hint}"
+        ) from error
+    return report, []
+
+
+def _load_report(path: Path) -> Any:
+    """A report file's JSON; anything that is not (bytes that are not UTF-8, nesting deeper than
+    the parser goes, an integer of more digits than Python converts) is a failure naming the file."""
+    try:
+        data = path.read_bytes()
     except OSError as error:
         raise _Failure(f"cannot read {path}: {error.strerror or error}") from error
     try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _Failure(f"{path} is not UTF-8 text (byte {error.start}): not a report written by torchscan") from None
+    try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise _Failure(f"{path} is not valid JSON: {error}") from error
+        raise _Failure(f"{path} is not valid JSON: {error}") from None
+    except RecursionError:
+        raise _Failure(f"{path} nests its JSON too deeply to be a report") from None
+    except ValueError as error:  # an integer beyond Python's digit limit
+        raise _Failure(f"{path} holds a value that cannot be read: {error}") from None
 
 
 def _compare(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> int:
     options = parser.parse_args(argv)
-    for path in (options.before, options.after):
+    paths = Path(options.before), Path(options.after)
+    for path in paths:
         if not path.is_file():
             parser.error(f"report file not found: {path}")
-    before, after = _load_report(options.before), _load_report(options.after)
+    _check_destination(parser, "--json", options.json)
+    before, after = (_load_report(path) for path in paths)
     try:
         diff = compare_reports(before, after)
-    except (TypeError, ValueError) as error:
-        raise _Failure(f"cannot compare {options.before} with {options.after}: {error}") from error
+    except (TypeError, ValueError, RecursionError) as error:
+        raise _Failure(f"cannot compare {options.before} with {options.after}: {error}") from None
     if options.json is not None:
         write_json(diff, options.json, out)
     if options.json != STDOUT:
@@ -307,17 +348,17 @@ def main(argv: list[str] | None = None, *, prog: str = "torchscan") -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     command: Callable[[argparse.ArgumentParser, list[str], TextIO], int]
     if args[:1] == ["compare"]:
-        parser, command, args = _compare_parser(prog), _compare, args[1:]
+        parser, command, args = compare_parser(prog), _compare, args[1:]
     else:
-        parser, command = _analyse_parser(prog), _analyse
+        parser, command = analyse_parser(prog), _analyse
     try:
         return command(parser, args, sys.stdout)
     except _Failure as failure:
         sys.stdout.flush()
         print(f"{parser.prog}: error: {failure}", file=sys.stderr)
         return 1
-    except OSError as error:  # writing --json PATH
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+    except OSError as error:  # writing an output file (checked before the analysis; a full disk)
+        print(f"{parser.prog}: error: cannot write the output: {error.strerror or error}", file=sys.stderr)
         return 1
     except SystemExit as exit_:
         return _exit_status(exit_.code)

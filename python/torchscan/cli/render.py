@@ -1,10 +1,11 @@
 """The `torchscan` command's rendering: the summary and totals of an analysis, the table of a
-comparison, and JSON output."""
+comparison, and JSON and CSV output."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -12,7 +13,7 @@ from typing import Any, TextIO
 from ..report import AnalysisReport, MetricResult, ReportDiff
 from ..utils import format_flops, format_info
 
-__all__ = ["STDOUT", "diff_text", "summary_text", "write_json"]
+__all__ = ["STDOUT", "diff_text", "flops_text", "summary_text", "write_csv", "write_json"]
 
 STDOUT = "-"
 
@@ -68,48 +69,168 @@ def table(rows: list[list[str]], right: set[int]) -> list[str]:
     return lines
 
 
+# What each total measures, beside its value in the command's totals.
+TOTAL_MEANINGS = {
+    "parameters": "parameter elements",
+    "trainable_parameters": "parameters with requires_grad",
+    "frozen_parameters": "parameters without requires_grad",
+    "parameter_bytes": "parameter storage",
+    "buffer_elements": "buffer elements (running statistics, masks...)",
+    "buffer_bytes": "buffer storage",
+    "module_flops": "FLOPs by per-module formulas (torchscan 0.2's method)",
+    "macs": "multiply-accumulates by per-module formulas",
+    "dmas": "memory accesses by per-module formulas",
+    "operator_flops": "FLOPs of the operators that ran (the FLOPs column)",
+    "effective_macs": "MACs of the weights pruning masks keep",
+    "effective_parameters": "parameters pruning masks keep",
+}
+
+
 def totals_text(report: AnalysisReport) -> str:
     totals: Mapping[str, MetricResult] = report["totals"]
-    rows = [["Total", "Value", "Unit", "Status"]]
+    rows = [["Total", "Value", "Unit", "Status", "Measures"]]
     for name in ordered(totals):
         metric = totals[name]
-        rows.append([name, metric_text(metric), metric.get("unit", ""), metric.get("status", "")])
+        row = [
+            name,
+            metric_text(metric),
+            metric.get("unit", ""),
+            metric.get("status", ""),
+            TOTAL_MEANINGS.get(name, ""),
+        ]
+        rows.append(row)
     lines = ["Totals (>= N: partial, a lower bound)", *(f"  {line}" for line in table(rows, {1}))]
-    diagnostics = report.get("diagnostics", [])
-    if diagnostics:
-        lines.append(f"Diagnostics ({len(diagnostics)}):")
-        for d in diagnostics:
-            where = [f"metric {d['metric']}"]
-            if "path" in d:
-                where.insert(0, f"layer {d['path'] or '(root)'}")
-            if "operator" in d:
-                where.insert(0, f"operator {d['operator']}")
-            lines.append(f"  {d['severity']}: {d['code']} ({', '.join(where)}): {d['message']}")
+    lines += diagnostics_lines(report.get("diagnostics", []))
     return "\n".join(lines)
 
 
-def summary_text(view: AnalysisReport, report: AnalysisReport, receptive_field: bool) -> str:
-    """The layer table of ``view`` (the report limited to --max-depth), then the totals of the
-    whole ``report``."""
-    # The core sizes each column from its content up to a fixed cap, then narrows the name,
-    # shape and type columns to the terminal's width; "mid" marks a shortened name with "[...]".
-    width = shutil.get_terminal_size().columns
-    return f"{format_info(view, 'mid', receptive_field, max_width=width)}\n{totals_text(report)}"
+# Layers listed by name for one grouped diagnostic; the rest are counted.
+LISTED_LAYERS = 3
 
 
-def flops_text(report: AnalysisReport, by: str, max_depth: int | None) -> str:
+def diagnostics_lines(diagnostics: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The diagnostics, one line per distinct (severity, code, message): a module type without
+    formulas in 24 layers is one line naming its metrics and a few of the layers, not 72."""
+    groups: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+    for d in diagnostics:
+        group = groups.setdefault((d["severity"], d["code"], d["message"]), {"metric": [], "path": [], "operator": []})
+        for key in group:
+            value = d.get(key)
+            if isinstance(value, str) and value not in group[key]:
+                group[key].append(value)
+    if not groups:
+        return []
+    lines = [f"Diagnostics ({len(diagnostics)}, {len(groups)} distinct):"]
+    for (severity, code, message), where in groups.items():
+        parts = []
+        if where["operator"]:
+            parts.append(f"operator {', '.join(printable(o) for o in where['operator'])}")
+        paths = [printable(p) or "(root)" for p in where["path"]]
+        if paths:
+            listed = ", ".join(paths[:LISTED_LAYERS])
+            more = f" and {len(paths) - LISTED_LAYERS} more" if len(paths) > LISTED_LAYERS else ""
+            parts.append(f"{'layers' if len(paths) > 1 else 'layer'} {listed}{more}")
+        parts.append(f"{'metrics' if len(where['metric']) > 1 else 'metric'} {', '.join(where['metric'])}")
+        lines.append(f"  {severity}: {code} ({'; '.join(parts)}): {printable(message)}")
+    return lines
+
+
+def printable(text: str) -> str:
+    """`text` without raw control characters (a layer name can hold an escape sequence)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def summary_text(report: AnalysisReport, max_depth: int | None, receptive_field: bool, width: int | None) -> str:
+    """The detailed layer table of ``report`` down to ``max_depth``, then its totals. With
+    ``width`` (a terminal's, or --width) the name, shape and type columns narrow to fit it;
+    "mid" marks a shortened name with "[...]"."""
+    table_text = format_info(report, "mid", receptive_field, max_width=width, layout="detailed", max_depth=max_depth)
+    return f"{table_text}\n{totals_text(report)}"
+
+
+def flops_text(report: AnalysisReport, by: str, max_depth: int | None, width: int | None) -> str:
     """--flops-by: the operator FLOPs of the analysed forward (`operator_flops`) as a table."""
-    width = shutil.get_terminal_size().columns
     table = format_flops(report["operator_flops"], by, max_depth=max_depth, max_width=width)  # type: ignore[arg-type]
     return f"Operator FLOPs by {by}:\n{table}"
 
 
-def write_json(document: Mapping[str, Any], destination: str, out: TextIO) -> None:
-    text = json.dumps(document, indent=2) + "\n"
+def _write(text: str, destination: str, out: TextIO) -> None:
     if destination == STDOUT:
         out.write(text)
     else:
-        Path(destination).write_text(text)
+        Path(destination).write_text(text, encoding="utf-8")
+
+
+# The CSV's metric columns: each layer call's value (empty when the layer has no such metric),
+# and its status beside the operator FLOPs.
+CSV_METRICS = ("operator_flops", "module_flops", "macs", "dmas", "receptive_field")
+
+
+def _cell(metric: Mapping[str, Any] | None) -> str:
+    """A metric as a CSV cell: the value when complete, the known lower bound when partial."""
+    if metric is None:
+        return ""
+    value = metric.get("value") if metric.get("status") == "complete" else metric.get("known_value")
+    return "" if value is None else str(value)
+
+
+def _shape(meta: Mapping[str, Any] | None) -> str:
+    if meta is None:
+        return ""
+    if meta.get("kind") == "tensor":
+        return "x".join(str(d) for d in meta["shape"]) or "scalar"
+    items = meta.get("items")
+    if isinstance(items, list):
+        inner = [_shape(item.get("value", item)) if isinstance(item, Mapping) else "" for item in items]
+        return "(" + ", ".join(inner) + ")"
+    return str(meta.get("kind", ""))
+
+
+def write_csv(report: AnalysisReport, destination: str, out: TextIO) -> None:
+    """The layer table as CSV: one row per layer call, full paths and exact numbers."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        [
+            "path",
+            "call_index",
+            "depth",
+            "type",
+            "output_shape",
+            "parameters",
+            "trainable_parameters",
+            "buffers",
+            *CSV_METRICS,
+            "operator_flops_status",
+        ]
+    )
+    for layer in report["layers"]:
+        params = layer["parameters"]
+        trainable, frozen = params.get("trainable"), params.get("frozen")
+        owned = trainable + frozen if trainable is not None and frozen is not None else ""
+        metrics = layer["metrics"]
+        flops = metrics.get("operator_flops")
+        writer.writerow(
+            [
+                layer["path"],
+                layer["call_index"],
+                layer["depth"],
+                layer["type"],
+                _shape(layer.get("output")),
+                owned,
+                "" if trainable is None else trainable,
+                "" if layer["buffers"].get("elements") is None else layer["buffers"]["elements"],
+                *(_cell(metrics.get(name)) for name in CSV_METRICS),
+                "" if flops is None else flops.get("status", ""),
+            ]
+        )
+    _write(buffer.getvalue(), destination, out)
+
+
+def write_json(document: Mapping[str, Any], destination: str, out: TextIO) -> None:
+    _write(json.dumps(document, indent=2) + "\n", destination, out)
 
 
 def layer_name(entry: Mapping[str, Any]) -> str:

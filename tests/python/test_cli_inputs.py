@@ -1,0 +1,232 @@
+"""The `torchscan` command on real models: generated inputs by name, dtype and shape, the batch
+size, constructor keywords, Hugging Face models from their config classes, CSV output, and a
+help that answers without importing torch."""
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import torchscan
+from torchscan import cli
+from torchscan.cli.inputs import default_integer_high, generate
+from torchscan.cli.options import InputSpec, parse_input
+
+transformers = pytest.importorskip("transformers")
+
+SCRIPT = Path(sys.executable).parent / "torchscan"
+HERE = Path(__file__).resolve().parent
+
+# A BERT small enough for a test: 2 layers, hidden size 32, 2 heads, vocabulary 100.
+BERT_KW = [
+    "--kw",
+    "num_hidden_layers=2",
+    "--kw",
+    "hidden_size=32",
+    "--kw",
+    "num_attention_heads=2",
+    "--kw",
+    "intermediate_size=64",
+    "--kw",
+    "vocab_size=100",
+]
+
+
+def bert_config() -> "transformers.BertConfig":
+    return transformers.BertConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=100
+    )
+
+
+def run(*args, cwd, env_extra=None):
+    env = {**os.environ, "PYTHONPATH": str(HERE), "COLUMNS": "100", **(env_extra or {})}
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, env=env, check=False)
+
+
+def json_main(capsys, *args):
+    assert cli.main([*args, "--json", "-"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+# ---- the input specs ----
+
+
+@pytest.mark.parametrize(
+    "text, spec",
+    [
+        ("input_ids:int64:128", InputSpec("input_ids", "int64", (128,))),
+        ("float32:3,224,224", InputSpec(None, "float32", (3, 224, 224))),
+        ("attention_mask:int64:128:1..2", InputSpec("attention_mask", "int64", (128,), 1, 2)),
+        ("torch.bfloat16:4", InputSpec(None, "bfloat16", (4,))),
+        ("t:float32:", InputSpec("t", "float32", ())),
+        ("int64:5:-3..3", InputSpec(None, "int64", (5,), -3, 3)),
+    ],
+)
+def test_input_specs_parse(text, spec):
+    assert parse_input(text) == spec
+
+
+def test_generated_inputs_are_seeded_batched_and_in_range():
+    model = nn.Sequential(nn.Embedding(50, 4), nn.Embedding(30, 4))
+    # The default integer range keeps ids valid for every embedding: [0, 30).
+    assert default_integer_high(model) == 30
+    assert default_integer_high(nn.Linear(2, 2)) == 2
+    specs = [
+        InputSpec(None, "int64", (1000,)),
+        InputSpec("mask", "int64", (7,), 1, 2),
+        InputSpec("flag", "bool", (500,)),
+        InputSpec("x", "float16", (2, 3)),
+    ]
+    first, second = generate(specs, 3, model, None), generate(specs, 3, model, None)
+    ids = first.args[0]
+    assert ids.shape == (3, 1000) and ids.dtype == torch.int64
+    assert int(ids.min()) == 0 and int(ids.max()) == 29
+    assert torch.equal(first.kwargs["mask"], torch.ones(3, 7, dtype=torch.int64))
+    assert first.kwargs["flag"].dtype == torch.bool and 0 < int(first.kwargs["flag"].sum()) < 1500
+    assert first.kwargs["x"].shape == (3, 2, 3) and first.kwargs["x"].dtype == torch.float16
+    # Seeded: the same inputs every run.
+    assert all(torch.equal(a, b) for a, b in zip(first.args, second.args, strict=True))
+    assert all(torch.equal(first.kwargs[k], second.kwargs[k]) for k in first.kwargs)
+    assert first.describe() == "(3, 1000) int64, mask=(3, 7) int64, flag=(3, 500) bool, x=(3, 2, 3) float16"
+
+
+# ---- keyword inputs, batch size, constructor keywords ----
+
+
+def test_inputs_by_name_and_batch_size(capsys):
+    report = json_main(
+        capsys, "cli_models:TwoInputs", "--input", "float32:3,8,8", "--input", "side:float32:5", "--batch-size", "4"
+    )
+    assert [a["shape"] for a in report["inputs"]["args"]] == [[4, 3, 8, 8]]
+    assert report["inputs"]["kwargs"]["side"]["shape"] == [4, 5]
+    # Conv2d(3, 4, 3) on 8x8: 6x6x4 outputs of 27 MACs each, per sample; Linear(5, 4): 20 MACs
+    # (2 FLOPs per MAC, the bias folded in, as FlopCounterMode counts them).
+    conv, linear = 2 * 27 * 6 * 6 * 4, 2 * 5 * 4
+    by_module = report["operator_flops"]["by_module"]
+    assert by_module["TwoInputs.image"] == 4 * conv == 31_104
+    assert by_module["TwoInputs.side"] == 4 * linear == 160
+
+
+def test_constructor_keywords(capsys):
+    report = json_main(capsys, "torch.nn:Linear", "--kw", "in_features=6", "--kw", "out_features=3", "--kw",
+                       "bias=False", "--input", "float32:6")  # fmt: skip
+    assert report["totals"]["parameters"]["value"] == 18
+    # A bare word is a string: nn.GELU(approximate=tanh).
+    report = json_main(capsys, "torch.nn:GELU", "--kw", "approximate=tanh", "--input", "float32:4")
+    assert report["layers"][0]["type"] == "GELU"
+    assert cli.main(["torch.nn:GELU", "--kw", "slope=2", "--input", "float32:4"]) == 2
+    assert "cannot build MODEL 'torch.nn:GELU' by calling it with slope=2: TypeError" in capsys.readouterr().err
+
+
+# ---- Hugging Face models, nothing downloaded ----
+
+
+def test_a_transformers_config_class_with_keywords(capsys):
+    report = json_main(capsys, "transformers:BertConfig", *BERT_KW, "--input", "input_ids:int64:16", "--input",
+                       "attention_mask:int64:16:1..2", "--batch-size", "2")  # fmt: skip
+    # The same model built in-process, on the same shapes: the same counts.
+    model = transformers.AutoModel.from_config(bert_config())
+    ids = torch.randint(0, 100, (2, 16))
+    expected = torchscan.crawl_module(model, kwargs={"input_ids": ids, "attention_mask": torch.ones(2, 16, dtype=int)})
+    for name in ("parameters", "operator_flops", "buffer_elements"):
+        assert report["totals"][name] == expected["totals"][name], name
+    assert report["operator_flops"]["by_module"] == expected["operator_flops"]["by_module"]
+    assert report["inputs"]["kwargs"]["input_ids"]["dtype"] == "torch.int64"
+
+
+def test_a_transformers_model_class_takes_token_ids_by_default(tmp_path):
+    # --input-shape without --dtype: a model whose main input is input_ids gets int64 ids.
+    result = run("transformers:BertModel", *BERT_KW, "--input-shape", "16", "--json", "-", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["inputs"]["args"][0] == {**report["inputs"]["args"][0], "shape": [1, 16], "dtype": "torch.int64"}
+    assert report["context"]["model_type"].endswith("BertModel")
+    # Without inputs: the error says what to give.
+    missing = run("transformers:BertModel", *BERT_KW, cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "the inputs are required with MODEL 'transformers:BertModel' (for example --input input_ids:int64:128)" in (
+        missing.stderr
+    )
+
+
+def test_float_inputs_to_an_embedding_model_get_a_hint(tmp_path):
+    result = run("transformers:BertModel", *BERT_KW, "--input-shape", "16", "--dtype", "float32", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "failed on the inputs (1, 16) float32" in result.stderr
+    assert "give --dtype int64 or --input NAME:int64:SHAPE" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_batch_dimension_in_the_shape_gets_a_hint(tmp_path):
+    result = run("torchvision.models:resnet18", "--input-shape", "1,3,32,32", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "each SHAPE is given without the batch dimension, which --batch-size (1) adds" in result.stderr
+
+
+def test_strict_passes_a_transformer_whose_operator_flops_are_complete(tmp_path):
+    # nn.TransformerEncoderLayer has no module formulas (partial module_flops): --strict judges
+    # the table's metrics; naming module_flops judges it too.
+    args = ("torch.nn:TransformerEncoderLayer", "--kw", "d_model=8", "--kw", "nhead=2", "--kw",
+            "dim_feedforward=16", "--kw", "batch_first=True", "--input", "float32:5,8")  # fmt: skip
+    assert run(*args, "--strict", cwd=tmp_path).returncode == 0
+    named = run(*args, "--strict-metrics", "module_flops", cwd=tmp_path)
+    assert named.returncode == 1 and "incomplete for: module_flops" in named.stderr
+
+
+# ---- CSV ----
+
+
+def test_csv_has_every_layer_call_with_exact_numbers(tmp_path):
+    path = tmp_path / "layers.csv"
+    result = run("torchvision.models:resnet18", "--input-shape", "3,32,32", "--csv", str(path), "--max-depth", "1",
+                 "--json", str(tmp_path / "r.json"), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    report = json.loads((tmp_path / "r.json").read_text())
+    # Every layer call (not cut to --max-depth: that is the printed table's view).
+    assert len(rows) == len(report["layers"])
+    for row, layer in zip(rows, report["layers"], strict=True):
+        assert row["path"] == layer["path"] and row["type"] == layer["type"]
+        assert row["operator_flops"] == str(layer["metrics"]["operator_flops"]["value"])
+        assert row["parameters"] == str(layer["parameters"]["trainable"] + layer["parameters"]["frozen"])
+        assert row["buffers"] == str(layer["buffers"]["elements"])
+    conv1 = next(row for row in rows if row["path"] == "conv1")
+    assert conv1["output_shape"] == "1x64x16x16"
+    assert conv1["operator_flops_status"] == "complete"
+    # The CSV alone on stdout.
+    alone = run("--csv", "-", cwd=tmp_path)
+    assert alone.returncode == 0 and alone.stdout.startswith("path,call_index,depth,type,output_shape")
+    assert "Totals" not in alone.stdout
+
+
+# ---- help without torch ----
+
+
+def test_help_answers_without_importing_torch(tmp_path):
+    # The launcher loads the option parsers alone: no torch (seconds) before the help prints.
+    result = run("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "--input SPEC" in result.stdout and "--batch-size N" in result.stdout
+    compare = run("compare", "--help", cwd=tmp_path)
+    assert compare.returncode == 0 and "BEFORE.json" in compare.stdout
+    # No torch in the process: a sitecustomize that makes importing torch fail proves it.
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nclass _Block:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch':\n            raise ImportError('torch imported')\n"
+        "sys.meta_path.insert(0, _Block())\n"
+    )
+    blocked = run("--help", cwd=tmp_path, env_extra={"PYTHONPATH": f"{blocker}{os.pathsep}{HERE}"})
+    assert blocked.returncode == 0, blocked.stderr
+    assert "usage: torchscan" in blocked.stdout
+    # A usage error after the help option is still the parser's (exit 2), without torch too.
+    bad = run("--max-depth", "x", "--help", cwd=tmp_path, env_extra={"PYTHONPATH": f"{blocker}{os.pathsep}{HERE}"})
+    assert bad.returncode == 2 and "invalid depth 'x'" in bad.stderr
