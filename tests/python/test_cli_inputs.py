@@ -230,3 +230,66 @@ def test_help_answers_without_importing_torch(tmp_path):
     # A usage error after the help option is still the parser's (exit 2), without torch too.
     bad = run("--max-depth", "x", "--help", cwd=tmp_path, env_extra={"PYTHONPATH": f"{blocker}{os.pathsep}{HERE}"})
     assert bad.returncode == 2 and "invalid depth 'x'" in bad.stderr
+
+
+# ---- --train and --memory ----
+
+
+def section(stdout, title):
+    """The lines of the block that starts with `title`, up to the next blank line."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+def test_train_counts_forward_backward_and_the_optimizer_step_by_hand(tmp_path):
+    args = ("torch.nn:Linear", "--kw", "in_features=4", "--kw", "out_features=3", "--input", "float32:4",
+            "--batch-size", "2", "--train", "--optimizer", "sgd")  # fmt: skip
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in section(result.stdout, "Training step")[2:]]
+    # Forward: addmm 2*(2*4*3) = 48, the loss sums 6 outputs: 6. Backward (the input needs no
+    # gradient): the weight's gradient mm 2*(3*2*4) = 48, the bias's sums the batch: 6. SGD:
+    # p.add_(grad, alpha=-lr), one FLOP per parameter: 15.
+    assert rows == [
+        ["forward", "54", "complete"],
+        ["backward", "54", "complete"],
+        ["optimizer", "step", "(sgd)", "15", "complete"],
+        ["total", "123", "complete"],
+    ]
+
+
+def test_memory_of_the_forward_is_exact(tmp_path):
+    args = ("torch.nn:Linear", "--kw", "in_features=4", "--kw", "out_features=3", "--input", "float32:4",
+            "--batch-size", "2", "--memory")  # fmt: skip
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    # The forward allocates its 2x3 float32 output: 24 bytes.
+    assert section(result.stdout, "Peak memory") == [
+        "Peak memory (MB = 10^6 bytes)",
+        "  forward on cpu: 0.00 MB (24 bytes); pytorch_tensor_bytes",
+    ]
+
+
+def test_train_errors_say_what_to_change(tmp_path):
+    # BatchNorm in training mode needs more than one value per channel.
+    norm = run("torch.nn:BatchNorm1d", "--kw", "num_features=4", "--input", "float32:4", "--train", cwd=tmp_path)
+    assert norm.returncode == 1
+    assert "a training step of torch.nn:BatchNorm1d failed" in norm.stderr
+    assert "needs --batch-size 2 or more in training mode" in norm.stderr
+    # Nothing to train.
+    relu = run("torch.nn:ReLU", "--input", "float32:4", "--train", cwd=tmp_path)
+    assert relu.returncode == 1 and "the model has no trainable parameters" in relu.stderr
+    assert "Traceback" not in norm.stderr + relu.stderr
+
+
+def test_train_on_a_transformer_uses_its_loss(tmp_path):
+    # Given labels, a transformers model returns its own loss, which the step trains on.
+    args = ("transformers:BertConfig", *BERT_KW, "--input", "input_ids:int64:8", "--input", "labels:int64:8",
+            "--batch-size", "2", "--train")  # fmt: skip
+    with_labels = run("transformers:BertForMaskedLM", *args[1:], cwd=tmp_path)
+    assert with_labels.returncode == 0, with_labels.stderr
+    rows = {line.split()[0]: line.split() for line in section(with_labels.stdout, "Training step")[2:]}
+    assert rows["forward"][-1] == rows["backward"][-1] == rows["total"][-1] == "complete"
+    assert int(rows["backward"][1].replace(",", "")) > int(rows["forward"][1].replace(",", ""))

@@ -103,7 +103,7 @@ def test_workload_exception_propagates_and_the_next_measurement_is_correct():
         (3, TypeError, "device must be a torch.device or a string like 'cpu' or 'cuda:0', got int"),
         ("cpu:1", RuntimeError, "device cpu:1 is not available"),
         ("nonsense", RuntimeError, "device 'nonsense' is not a device PyTorch knows"),
-        ("meta", NotImplementedError, "supports the cpu and cuda devices, not 'meta'"),
+        ("meta", NotImplementedError, "supports the cpu, cuda and mps devices, not 'meta'"),
     ],
 )
 def test_bad_devices(device, error, message):
@@ -122,3 +122,74 @@ def test_unavailable_cuda_names_the_device():
 def test_workload_must_be_callable():
     with pytest.raises(TypeError, match="workload must be a zero-argument callable, got str"):
         measure_peak_memory("model", device="cpu")
+
+
+class FakeMps:
+    """torch.mps as an Apple machine shows it, for this Linux CI: the MPS allocator's driver
+    and tensor figures, moved by the workload, and every call logged (as torchscan 0.2's tests
+    mocked torch.mps)."""
+
+    def __init__(self, driver, allocated):
+        self.driver, self.allocated, self.log = driver, allocated, []
+
+    def synchronize(self):
+        self.log.append("synchronize")
+
+    def driver_allocated_memory(self):
+        self.log.append("driver")
+        return self.driver
+
+    def current_allocated_memory(self):
+        self.log.append("current")
+        return self.allocated
+
+
+@pytest.fixture
+def fake_mps(monkeypatch):
+    fake = FakeMps(driver=3 * MB, allocated=MB)
+    for name in ("synchronize", "driver_allocated_memory", "current_allocated_memory"):
+        monkeypatch.setattr(torch.mps, name, getattr(fake, name))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    return fake
+
+
+def test_mps_reports_what_the_allocator_holds_from_the_driver(fake_mps):
+    def workload():
+        fake_mps.log.append("workload")
+        # The workload's blocks: 5 MB more from the driver; 2 MB of tensors still alive at the end.
+        fake_mps.driver += 5 * MB
+        fake_mps.allocated += 2 * MB
+
+    stats = measure_peak_memory(workload, device="mps")
+    assert stats == {
+        "device": "mps",
+        "metric": "pytorch_driver_allocated_bytes",
+        "baseline_bytes": 3 * MB,
+        "peak_bytes": 8 * MB,
+        "delta_bytes": 5 * MB,
+        "allocated_end_bytes": 3 * MB,
+    }
+    # Synchronized around the workload, so that queued kernels have allocated what they need.
+    assert fake_mps.log == ["synchronize", "driver", "workload", "synchronize", "driver", "current"]
+
+
+def test_mps_never_reports_a_negative_delta(fake_mps):
+    def trims_the_cache():  # the allocator's garbage collector released cached blocks
+        fake_mps.driver -= 2 * MB
+
+    stats = measure_peak_memory(trims_the_cache, device=torch.device("mps:0"))
+    assert (stats["baseline_bytes"], stats["peak_bytes"], stats["delta_bytes"]) == (3 * MB, 3 * MB, 0)
+
+
+def test_mps_errors_name_the_device(fake_mps, monkeypatch):
+    calls = []
+    with pytest.raises(RuntimeError, match="device mps:1 is not available: there is one MPS device, 'mps'"):
+        measure_peak_memory(lambda: calls.append(1), device="mps:1")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"device mps is not available: no MPS device is available"):
+        measure_peak_memory(lambda: calls.append(1), device="mps")
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: False)
+    with pytest.raises(RuntimeError, match="not built into this PyTorch"):
+        measure_peak_memory(lambda: calls.append(1), device="mps")
+    assert calls == []

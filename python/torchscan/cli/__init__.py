@@ -37,7 +37,17 @@ from ..report import AnalysisReport
 from .inputs import GeneratedInputs, generate, resolve_dtype
 from .models import build_model, check_device
 from .options import EXAMPLE_INPUT_SHAPE, InputSpec, analyse_parser, compare_parser, merge_kwargs
-from .render import STDOUT, diff_text, flops_text, summary_text, write_csv, write_json
+from .render import (
+    STDOUT,
+    diff_text,
+    flops_text,
+    memory_text,
+    summary_text,
+    training_text,
+    write_csv,
+    write_json,
+)
+from .training import TrainingStep, forward_memory, train_step
 
 __all__ = ["ExampleNet", "main"]
 
@@ -235,16 +245,37 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         write_json(report, options.json, out)
     if options.csv is not None:
         write_csv(report, options.csv, out)
+    memory = _measure(forward_memory, spec, "the peak memory of", model, inputs) if options.memory else None
+    step: TrainingStep | None = None
+    if options.train:
+        step = _measure(train_step, spec, "a training step of", model, inputs, options.optimizer, options.memory)
     if STDOUT not in (options.json, options.csv):
         width = _width(options, out)
         out.write(summary_text(report, depth, options.receptive_field, width) + "\n")
         if options.flops_by is not None:
             out.write("\n" + flops_text(report, options.flops_by, depth, width) + "\n")
+        if memory is not None:
+            out.write(
+                "\nPeak memory (MB = 10^6 bytes)\n" + memory_text(memory, f"forward on {memory['device']}") + "\n"
+            )
+        if step is not None:
+            out.write("\n" + training_text(step, width, options.flops_by) + "\n")
     if incomplete:  # --strict: the output is written all the same, then exit 1
         written = [path for path in (options.json, options.csv) if path not in (None, STDOUT)]
         where = f"; the report was written to {' and '.join(written)}" if written else ""
         raise _Failure(f"--strict: the analysis is incomplete for: {', '.join(incomplete)}{where}")
     return 0
+
+
+def _measure(measure: Callable[..., Any], spec: str, what: str, model: nn.Module, *args: Any) -> Any:
+    """--memory or --train, with a failure named as the analysis's is."""
+    try:
+        return measure(model, *args)
+    except Exception as error:
+        hint = ""
+        if "Expected more than 1 value per channel when training" in str(error):
+            hint = "; batch normalization needs --batch-size 2 or more in training mode"
+        raise _Failure(f"{what} {spec} failed: {type(error).__name__}: {error}{hint}") from error
 
 
 # What --strict judges: the metrics of the table's columns (the module-formula totals, torchscan

@@ -229,6 +229,24 @@ def analyse_parser(prog: str) -> argparse.ArgumentParser:
         "with each row's share of the total",
     )
     parser.add_argument(
+        "--train",
+        action="store_true",
+        help="also count one training step: the forward in training mode, a loss (the model's own, else the sum "
+        "of its floating outputs), the backward and one optimizer step, each phase apart",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=("adamw", "adam", "sgd"),
+        default="adamw",
+        help="the optimizer of the --train step, with its default settings (default: adamw)",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="also measure the peak memory of the analysed forward (and of the --train step) on the model's "
+        "device: PyTorch's tensor bytes on the CPU, the allocator's reserved bytes on CUDA and MPS",
+    )
+    parser.add_argument(
         "--width",
         type=_count("width", 40),
         metavar="COLUMNS",

@@ -10,10 +10,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..process import MemoryStats
 from ..report import AnalysisReport, MetricResult, ReportDiff
 from ..utils import format_flops, format_info
+from .training import TrainingStep
 
-__all__ = ["STDOUT", "diff_text", "flops_text", "summary_text", "write_csv", "write_json"]
+__all__ = [
+    "STDOUT",
+    "diff_text",
+    "flops_text",
+    "memory_text",
+    "summary_text",
+    "training_text",
+    "write_csv",
+    "write_json",
+]
 
 STDOUT = "-"
 
@@ -154,6 +165,45 @@ def flops_text(report: AnalysisReport, by: str, max_depth: int | None, width: in
     """--flops-by: the operator FLOPs of the analysed forward (`operator_flops`) as a table."""
     table = format_flops(report["operator_flops"], by, max_depth=max_depth, max_width=width)  # type: ignore[arg-type]
     return f"Operator FLOPs by {by}:\n{table}"
+
+
+def megabytes(count: int) -> str:
+    return f"{count / 1e6:,.2f} MB"
+
+
+def memory_text(stats: MemoryStats, what: str) -> str:
+    """A peak memory measurement, in MB (10^6 bytes), with the exact byte count."""
+    # The CPU keeps no count of what was allocated before (baseline 0): nothing to say "above".
+    before = f" above the {megabytes(stats['baseline_bytes'])} held before" if stats["baseline_bytes"] else ""
+    return f"  {what}: {megabytes(stats['delta_bytes'])} ({stats['delta_bytes']:,} bytes){before}; {stats['metric']}"
+
+
+def training_text(step: TrainingStep, width: int | None, by: str | None) -> str:
+    """--train: the step's FLOPs by phase (forward, backward, optimizer step) and in total."""
+    phases = step.forward_backward["by_phase"]
+    rows: list[list[str]] = [["Phase", "FLOPs", "Status"]]
+    for phase in ("forward", "backward"):
+        if phase in phases:
+            rows.append([phase, metric_text(phases[phase]), phases[phase]["status"]])
+    optimizer = step.optimizer["total"]
+    rows.append([f"optimizer step ({step.optimizer_name})", metric_text(optimizer), optimizer["status"]])
+    whole = step.forward_backward["total"]
+    known = [m.get("value") if m["status"] == "complete" else m.get("known_value") for m in (whole, optimizer)]
+    complete = whole["status"] == optimizer["status"] == "complete"
+    total = sum(k or 0 for k in known)
+    rows.append(["total", number(total) if complete else f">= {number(total)}", "complete" if complete else "partial"])
+    lines = [
+        "Training step (--train: forward in training mode, loss, backward, optimizer step)",
+        *(f"  {line}" for line in table(rows, {1})),
+    ]
+    lines += diagnostics_lines([*step.forward_backward["diagnostics"], *step.optimizer["diagnostics"]])
+    if by is not None:
+        lines += ["", f"Training step FLOPs (forward and backward) by {by}:"]
+        lines.append(format_flops(step.forward_backward, by, max_width=width))  # type: ignore[arg-type]
+    if step.memory is not None:
+        lines += ["Peak memory of the training step (a second step, counted apart):"]
+        lines.append(memory_text(step.memory, f"step on {step.memory['device']}"))
+    return "\n".join(lines)
 
 
 def _write(text: str, destination: str, out: TextIO) -> None:

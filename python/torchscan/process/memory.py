@@ -3,6 +3,8 @@
 CPU: counted from PyTorch's own allocator events by the native reporter (every tensor and
 operator allocation through PyTorch's CPU allocator, on this thread and the autograd threads
 it hands work to); exact, cheap, and not RSS. CUDA: the caching allocator's statistics.
+Apple MPS: what the MPS allocator holds from the Metal driver (``torch.mps``), as torchscan 0.2
+measured it; MPS keeps no peak statistic, see ``_measure_mps``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ _memory_stop = ops.memory_stop.default._op
 
 class MemoryStats(TypedDict):
     device: str
-    #: ``pytorch_tensor_bytes`` (CPU) or ``pytorch_reserved_bytes`` (CUDA).
+    #: ``pytorch_tensor_bytes`` (CPU), ``pytorch_reserved_bytes`` (CUDA) or
+    #: ``pytorch_driver_allocated_bytes`` (MPS).
     metric: str
     #: What was live at the start as far as PyTorch lets it be seen: 0 on the CPU, where
     #: PyTorch keeps no count of the bytes allocated before the measurement.
@@ -34,6 +37,8 @@ class MemoryStats(TypedDict):
     delta_bytes: int
     #: CUDA only: the peak of bytes allocated to tensors (the reserved figure includes cache).
     allocated_peak_bytes: NotRequired[int]
+    #: MPS only: the bytes allocated to tensors when the workload ended (MPS has no peak of it).
+    allocated_end_bytes: NotRequired[int]
 
 
 def _device(device: object) -> torch.device:
@@ -54,7 +59,7 @@ def measure_peak_memory(workload: Callable[[], Any], *, device: torch.device | s
         TypeError: ``workload`` is not callable, or ``device`` is neither a torch.device nor a str.
         RuntimeError: the device (or its index) is not available, or a profiler already holds
             this thread's profiler slot (CPU).
-        NotImplementedError: a backend other than CPU and CUDA.
+        NotImplementedError: a backend other than CPU, CUDA and MPS.
     """
     if not callable(workload):
         raise TypeError(f"workload must be a zero-argument callable, got {type(workload).__name__}")
@@ -65,7 +70,9 @@ def measure_peak_memory(workload: Callable[[], Any], *, device: torch.device | s
         return _measure_cpu(workload)
     if dev.type == "cuda":
         return _measure_cuda(workload, dev)
-    raise NotImplementedError(f"measure_peak_memory supports the cpu and cuda devices, not {dev.type!r}")
+    if dev.type == "mps":
+        return _measure_mps(workload, dev)
+    raise NotImplementedError(f"measure_peak_memory supports the cpu, cuda and mps devices, not {dev.type!r}")
 
 
 def _measure_cpu(workload: Callable[[], Any]) -> MemoryStats:
@@ -99,4 +106,33 @@ def _measure_cuda(workload: Callable[[], Any], dev: torch.device) -> MemoryStats
         peak_bytes=peak,
         delta_bytes=max(peak - baseline, 0),
         allocated_peak_bytes=torch.cuda.max_memory_allocated(index),
+    )
+
+
+def _measure_mps(workload: Callable[[], Any], dev: torch.device) -> MemoryStats:
+    """Apple MPS: the bytes the MPS allocator holds from the Metal driver, before and after the
+    workload (``torch.mps.driver_allocated_memory``, synchronized). The allocator keeps the
+    blocks a workload frees in its cache, so what it holds at the end is the high-water mark of
+    what it reserved, like CUDA's ``pytorch_reserved_bytes``; MPS keeps no peak statistic, so a
+    cache the allocator's garbage collector trimmed during the workload (under memory pressure,
+    see PYTORCH_MPS_HIGH_WATERMARK_RATIO) is not seen. One device: ``mps`` or ``mps:0``."""
+    backend = torch.backends.mps
+    if not backend.is_available():
+        why = "not built into this PyTorch" if not backend.is_built() else "no MPS device is available"
+        raise RuntimeError(f"device {dev} is not available: {why} (torch.backends.mps.is_available() is False)")
+    if dev.index not in (None, 0):
+        raise RuntimeError(f"device {dev} is not available: there is one MPS device, 'mps'")
+    torch.mps.synchronize()
+    baseline = torch.mps.driver_allocated_memory()
+    workload()
+    torch.mps.synchronize()
+    held = torch.mps.driver_allocated_memory()
+    peak = max(held, baseline)
+    return MemoryStats(
+        device="mps",
+        metric="pytorch_driver_allocated_bytes",
+        baseline_bytes=baseline,
+        peak_bytes=peak,
+        delta_bytes=peak - baseline,
+        allocated_end_bytes=torch.mps.current_allocated_memory(),
     )
