@@ -84,7 +84,7 @@ def train_step(model: nn.Module, inputs: GeneratedInputs, optimizer_name: str, m
     model.train()
 
     def forward_backward() -> None:
-        _loss(model(*inputs.args, **inputs.kwargs)).backward()
+        _loss(model(*inputs.args, **inputs.kwargs)).backward()  # type: ignore[no-untyped-call]
 
     with count_flops(modules=model) as counted:
         forward_backward()
@@ -105,7 +105,7 @@ def train_step(model: nn.Module, inputs: GeneratedInputs, optimizer_name: str, m
 
 
 def _device_of(model: nn.Module) -> torch.device:
-    first = next(iter(model.parameters()), None)
+    first: torch.Tensor | None = next(iter(model.parameters()), None)
     if first is None:
         first = next(iter(model.buffers()), None)
     return first.device if first is not None else torch.device("cpu")
