@@ -11,7 +11,7 @@ from typing import Any, Literal
 from ._native import ops
 from .report import AnalysisReport, FlopReport
 
-__all__ = ["aggregate_info", "format_flops", "format_info"]
+__all__ = ["aggregate_info", "format_flops", "format_html", "format_info"]
 
 
 def format_info(
@@ -51,6 +51,21 @@ def format_info(
         -1 if max_depth is None else max_depth,
     )
     return table
+
+
+def format_html(report: AnalysisReport | dict[str, Any], title: str | None = None) -> str:
+    """``report`` (``crawl_module``'s, full mode) as one self-contained HTML page: the totals,
+    an icicle of the module tree sized by operator FLOPs and coloured by status, the FLOPs by
+    category, the diagnostics and the costliest layers. Nothing is fetched when it is viewed::
+
+        Path("report.html").write_text(torchscan.utils.format_html(report))
+    """
+    _layers(report, "format_html")
+    if not isinstance(report.get("totals"), Mapping):
+        raise ValueError("report['totals'] must be a mapping of the AnalysisReport's totals")
+    from .html_report import format_html as render
+
+    return render(report, title)
 
 
 def format_flops(

@@ -34,6 +34,7 @@ from ..compare import compare_reports
 from ..crawler import crawl_module
 from ..errors import IncompleteAnalysisError
 from ..report import AnalysisReport
+from ..utils import format_html
 from .inputs import GeneratedInputs, generate, resolve_dtype
 from .models import build_model, check_device
 from .options import EXAMPLE_INPUT_SHAPE, InputSpec, analyse_parser, compare_parser, merge_kwargs
@@ -229,7 +230,11 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         parser.error("argument --flops-by: --mode structure counts no operator FLOPs")
     if options.json == STDOUT and options.csv == STDOUT:
         parser.error("only one of --json and --csv can write to stdout ('-')")
-    for option, destination in (("--json", options.json), ("--csv", options.csv)):
+    if options.html == STDOUT:
+        parser.error("argument --html: give a file path (the page is not written to stdout)")
+    if options.html is not None and options.mode == "structure":
+        parser.error("argument --html: --mode structure counts no operator FLOPs to draw")
+    for option, destination in (("--json", options.json), ("--csv", options.csv), ("--html", options.html)):
         _check_destination(parser, option, destination)
     device = _device(parser, options)
     model, spec = _model(parser, options)
@@ -245,6 +250,8 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         write_json(report, options.json, out)
     if options.csv is not None:
         write_csv(report, options.csv, out)
+    if options.html is not None:
+        Path(options.html).write_text(format_html(report, spec), encoding="utf-8")
     memory = _measure(forward_memory, spec, "the peak memory of", model, inputs) if options.memory else None
     step: TrainingStep | None = None
     if options.train:
@@ -261,7 +268,7 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         if step is not None:
             out.write("\n" + training_text(step, width, options.flops_by) + "\n")
     if incomplete:  # --strict: the output is written all the same, then exit 1
-        written = [path for path in (options.json, options.csv) if path not in (None, STDOUT)]
+        written = [path for path in (options.json, options.csv, options.html) if path not in (None, STDOUT)]
         where = f"; the report was written to {' and '.join(written)}" if written else ""
         raise _Failure(f"--strict: the analysis is incomplete for: {', '.join(incomplete)}{where}")
     return 0

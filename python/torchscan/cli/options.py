@@ -272,6 +272,12 @@ def analyse_parser(prog: str) -> argparse.ArgumentParser:
         help="write the AnalysisReport as JSON to PATH; '-' writes only the JSON to stdout (no table)",
     )
     parser.add_argument(
+        "--html",
+        metavar="PATH",
+        help="write a self-contained HTML report to PATH: the module tree as an icicle sized by operator FLOPs "
+        "and coloured by status, FLOPs by category, totals and diagnostics (nothing fetched when viewed)",
+    )
+    parser.add_argument(
         "--csv",
         metavar="PATH",
         help="write the layer table as CSV to PATH (one row per layer call, full names, exact numbers); '-' "
