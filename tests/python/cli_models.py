@@ -99,3 +99,12 @@ class SparseDoubler(nn.Module):
 
     def forward(self, x):
         return torch.sparse.sum(x.to_sparse() * 2)
+
+
+def escape_names():
+    """A submodule whose name holds a terminal escape sequence (ANSI red), and a Doubler so that
+    a diagnostic names it too."""
+    model = nn.Sequential()
+    model.add_module("\x1b[31mred", nn.Linear(4, 4))
+    model.add_module("\x1b[0mplain", Doubler())
+    return model

@@ -293,3 +293,48 @@ def test_train_on_a_transformer_uses_its_loss(tmp_path):
     rows = {line.split()[0]: line.split() for line in section(with_labels.stdout, "Training step")[2:]}
     assert rows["forward"][-1] == rows["backward"][-1] == rows["total"][-1] == "complete"
     assert int(rows["backward"][1].replace(",", "")) > int(rows["forward"][1].replace(",", ""))
+
+
+# ---- the smaller findings of issue 17, each through the console script ----
+
+
+def test_a_depth_beyond_the_model_shows_every_layer(tmp_path):
+    deep = run("torchvision.models:resnet18", "--input-shape", "3,32,32", "--max-depth", "10", cwd=tmp_path)
+    whole = run("torchvision.models:resnet18", "--input-shape", "3,32,32", cwd=tmp_path)
+    assert deep.returncode == 0, deep.stderr
+    assert deep.stdout == whole.stdout
+
+
+def test_an_output_folder_that_does_not_exist_is_refused_before_the_analysis(tmp_path):
+    result = run("cli_models:Broken", "--input-shape", "4", "--json", "/nonexistent/x.json", cwd=tmp_path)
+    # Exit 2 with the path named, not the model's error: the analysis never ran.
+    assert result.returncode == 2
+    assert "argument --json: the folder '/nonexistent' of '/nonexistent/x.json' does not exist" in result.stderr
+    assert "rejects every input" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xff\xfe{}", "is not UTF-8 text (byte 0)"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests its JSON too deeply to be a report"),
+        (b'{"a": ' + b"9" * 5000 + b"}", "holds a value that cannot be read"),
+    ],
+    ids=["not-utf8", "deep", "digits"],
+)
+def test_compare_on_unreadable_files_is_a_clean_error(tmp_path, content, message):
+    good = tmp_path / "good.json"
+    assert run("--json", str(good), cwd=tmp_path).returncode == 0
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    result = run("compare", str(good), str(bad), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"torchscan compare: error: {bad} {message}"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_escape_bytes_in_layer_names_do_not_reach_the_terminal(tmp_path):
+    result = run("cli_models:escape_names", "--input-shape", "4", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    assert "\\x1b[31mred" in result.stdout
