@@ -189,7 +189,8 @@ def _layers(report: object, caller: str) -> list[Any]:
         )
     if "layers" not in report and "total" in report and "by_operator" in report:
         raise ValueError(
-            f"{caller} needs an AnalysisReport (from crawl_module or summary), got a FlopReport (from measure_flops)"
+            f"{caller} needs an AnalysisReport (from crawl_module or summary), got a FlopReport (from measure_flops "
+            "or count_flops): render it with torchscan.utils.format_flops(report)"
         )
     layers = report.get("layers")
     if not isinstance(layers, list):

@@ -81,6 +81,8 @@ def test_default_model_prints_its_table_and_totals(tmp_path):
     assert totals["operator_flops"][2] == "complete"
     assert set(totals) >= {"module_flops", "macs", "dmas", "buffer_bytes"}
     assert "Parameters: 5,466 (trainable 5,466, frozen 0)" in result.stdout
+    # Sizes in SI megabytes, said so: 21,864 parameter bytes and 400 buffer bytes.
+    assert "Size: 0.02 MB (parameters 0.02 MB, buffers 0.00 MB; 1 MB = 10^6 bytes)" in result.stdout
     # BatchNorm2d(16): 32 parameters and 33 buffer elements (running mean and variance, the
     # batch counter), in columns of their own; its FLOPs: 2 per element of 16x32x32.
     bn = re.split(r"\s{2,}", next(row for row in rows if " BatchNorm2d " in row).strip())

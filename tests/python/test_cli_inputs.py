@@ -128,9 +128,11 @@ def test_constructor_keywords(capsys):
 # ---- Hugging Face models, nothing downloaded ----
 
 
-def test_a_transformers_config_class_with_keywords(capsys):
-    report = json_main(capsys, "transformers:BertConfig", *BERT_KW, "--input", "input_ids:int64:16", "--input",
-                       "attention_mask:int64:16:1..2", "--batch-size", "2")  # fmt: skip
+def test_a_transformers_config_class_with_keywords(tmp_path):
+    result = run("transformers:BertConfig", *BERT_KW, "--input", "input_ids:int64:16", "--input",
+                 "attention_mask:int64:16:1..2", "--batch-size", "2", "--json", "-", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
     # The same model built in-process, on the same shapes: the same counts.
     model = transformers.AutoModel.from_config(bert_config())
     ids = torch.randint(0, 100, (2, 16))
