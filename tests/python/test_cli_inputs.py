@@ -340,3 +340,10 @@ def test_escape_bytes_in_layer_names_do_not_reach_the_terminal(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stdout
     assert "\\x1b[31mred" in result.stdout
+
+
+def test_inputs_too_large_to_allocate_are_a_clean_failure(capsys):
+    assert cli.main(["--input", "float32:99999999,99999999"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("torchscan: error: cannot generate the inputs (1, 99999999, 99999999): RuntimeError")
+    assert "Traceback" not in error

@@ -244,6 +244,9 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         inputs = generate(specs, options.batch_size, model, _inputs_device(model, device))
     except ValueError as error:
         parser.error(f"argument --input: {error}")
+    except (RuntimeError, MemoryError) as error:  # a shape too large to allocate
+        shapes = ", ".join(str((options.batch_size, *spec.shape)) for spec in specs)
+        raise _Failure(f"cannot generate the inputs {shapes}: {type(error).__name__}: {error}") from None
     report, incomplete = _run(model, spec, inputs, specs, options)
     depth = _depth(report, options.max_depth)
     if options.json is not None:
