@@ -56,6 +56,13 @@ pub fn throughput_report(steps: Vec<StepTiming>, peak: Option<f64>, keep_steps: 
     if let Some(peak) = peak.filter(|p| !p.is_finite() || *p <= 0.0) {
         return Err(Error::BadArgument(format!("peak_flops must be a positive number of FLOP/s, got {peak}")));
     }
+    if steps.iter().any(|s| s.count == 0) {
+        return Err(Error::BadArgument("a step record's count must be at least 1".into()));
+    }
+    let count = steps.iter().try_fold(0u64, |total, s| total.checked_add(s.count));
+    let Some(count) = count else {
+        return Err(Error::BadArgument("the step records' counts overflow 2^64".into()));
+    };
     let flops = summed(&steps);
     let seconds: f64 = steps.iter().map(|s| s.seconds).sum();
     let flops_per_second = rate(&flops, Some(seconds), "FLOP/s");
@@ -71,7 +78,7 @@ pub fn throughput_report(steps: Vec<StepTiming>, peak: Option<f64>, keep_steps: 
     };
     Ok(ThroughputReport {
         schema_version: SCHEMA_VERSION,
-        steps: steps.len() as u64,
+        steps: count,
         seconds,
         flops,
         flops_per_second,
@@ -96,6 +103,7 @@ mod tests {
                 method: METHOD_NATIVE.into(),
             },
             seconds,
+            count: 1,
         }
     }
 
@@ -151,5 +159,26 @@ mod tests {
         assert!(error.to_string().contains("got -1"), "{error}");
         let error = throughput_report(Vec::new(), Some(0.0), false).unwrap_err();
         assert!(error.to_string().contains("peak_flops must be a positive number of FLOP/s, got 0"), "{error}");
+    }
+
+    #[test]
+    fn folded_records_count_their_steps() {
+        // 3 steps folded (900 FLOPs in 3 s) then one more of 100 in 1 s: 4 steps, 1000 FLOPs
+        // in 4 s, 250 FLOP/s, the same as the four records apart.
+        let folded = StepTiming { count: 3, ..step(Status::Complete, Some(900), Some(900), 3.0) };
+        let report = throughput_report(vec![folded, step(Status::Complete, Some(100), Some(100), 1.0)], None, false);
+        let report = report.unwrap();
+        assert_eq!((report.steps, report.seconds, report.flops.value), (4, 4.0, Some(1000)));
+        assert_eq!(report.flops_per_second.value, Some(250.0));
+        let zero = StepTiming { count: 0, ..step(Status::Complete, Some(1), Some(1), 1.0) };
+        let error = throughput_report(vec![zero], None, false).unwrap_err();
+        assert!(error.to_string().contains("count must be at least 1"), "{error}");
+        // A record without a count (every record before folding existed) is one step.
+        let parsed: StepTiming = serde_json::from_str(&format!(
+            "{{\"flops\": {}, \"seconds\": 1.0}}",
+            serde_json::to_string(&step(Status::Complete, Some(1), Some(1), 1.0).flops).unwrap()
+        ))
+        .unwrap();
+        assert_eq!(parsed.count, 1);
     }
 }

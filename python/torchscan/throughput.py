@@ -121,7 +121,7 @@ class Throughput:
     @property
     def steps(self) -> int:
         """Steps timed so far (a step that raised is not one)."""
-        return len(self._steps)
+        return sum(int(record.get("count", 1)) for record in self._steps)
 
     def step(self) -> _Step:
         """A ``with`` block counted and timed as one step."""
@@ -133,6 +133,16 @@ class Throughput:
         report: ThroughputReport = json.loads(text)
         return report
 
+    def _fold(self) -> None:
+        """Without ``keep_steps``, the steps so far become one record (their FLOPs summed by the
+        core's rules, their seconds summed, their number kept) once FOLD_AT have gathered: a
+        long loop holds a bounded record, and the report is the one the steps apart would give (the
+        seconds up to floating-point rounding)."""
+        if self._keep_steps or len(self._steps) < FOLD_AT:
+            return
+        folded = json.loads(ops.throughput_report(json.dumps(self._steps), 0.0, False))
+        self._steps = [{"flops": folded["flops"], "seconds": folded["seconds"], "count": folded["steps"]}]
+
     def _now(self) -> float:
         synchronize = self._synchronize
         if synchronize is None:
@@ -143,6 +153,10 @@ class Throughput:
         if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
             raise ValueError(f"the clock must return finite seconds, got {now!r}")
         return float(now)
+
+
+# Step records a Throughput without keep_steps gathers before folding them into one.
+FOLD_AT = 256
 
 
 class _Step:
@@ -184,3 +198,4 @@ class _Step:
         if seconds < 0:
             raise ValueError(f"the clock went backwards during a step ({seconds} s)")
         meter._steps.append({"flops": self._counter.report()["total"], "seconds": seconds})
+        meter._fold()

@@ -18,11 +18,24 @@ pub struct RateResult {
     pub unit: String,
 }
 
-/// One timed step: its counted FLOPs and its seconds.
+/// One timed step: its counted FLOPs and its seconds; or, with `count` above 1, that many
+/// steps folded into one record (their FLOPs and seconds summed), which is how a long loop
+/// keeps a bounded record without `keep_steps`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StepTiming {
     pub flops: MetricResult,
     pub seconds: f64,
+    #[serde(default = "one_step", skip_serializing_if = "is_one_step")]
+    #[schemars(range(min = 1), default = "one_step")]
+    pub count: u64,
+}
+
+fn one_step() -> u64 {
+    1
+}
+
+fn is_one_step(count: &u64) -> bool {
+    *count == 1
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -138,3 +138,38 @@ def test_a_clock_that_misbehaves_is_named():
         pass
     assert meter.steps == 0
     assert torchscan.measure_flops(lambda: torch.mm(A, B))["total"]["value"] == MM
+
+
+class SteadyClock:
+    """A clock that advances 0.25 s per reading (exact in binary: sums are exact too)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 0.25
+        return self.now
+
+
+def test_a_long_loop_keeps_a_bounded_record_and_the_same_report():
+    from torchscan.throughput import FOLD_AT
+
+    steps = 2 * FOLD_AT + 37
+    folded, kept = (
+        Throughput(peak_flops=384.0, clock=SteadyClock()),
+        Throughput(peak_flops=384.0, clock=SteadyClock(), keep_steps=True),
+    )
+    for meter in (folded, kept):
+        for _ in range(steps):
+            with meter.step():
+                torch.mm(A, B)
+    # Folded every FOLD_AT steps: never more than FOLD_AT records, whatever the loop's length.
+    assert len(folded._steps) < FOLD_AT
+    assert folded.steps == kept.steps == steps
+    report, reference = folded.report(), kept.report()
+    # 549 steps of 48 FLOPs, each 0.25 s: 26,352 FLOPs in 137.25 s, 192 FLOP/s, MFU 192/384.
+    assert report["steps"] == steps and report["flops"]["value"] == steps * MM == 26_352
+    assert report["seconds"] == steps * 0.25
+    assert report["flops_per_second"]["value"] == 192.0 and report["mfu"]["value"] == 0.5
+    assert {k: v for k, v in reference.items() if k != "per_step"} == report
+    assert schema_validator("throughput_report").is_valid(report)
