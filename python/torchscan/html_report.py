@@ -16,6 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._diagnostics import group_diagnostics
+
 __all__ = ["format_html"]
 
 # The icicle's size in SVG units (it scales to the page's width).
@@ -183,16 +185,12 @@ def _categories(report: Mapping[str, Any]) -> str:
 
 
 def _diagnostics(report: Mapping[str, Any]) -> str:
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for d in report.get("diagnostics", []):
-        where = d.get("path", d.get("operator", ""))
-        groups.setdefault((d["severity"], d["code"], d["message"]), [])
-        if isinstance(where, str) and where not in groups[(d["severity"], d["code"], d["message"])]:
-            groups[(d["severity"], d["code"], d["message"])].append(where or "(root)")
+    groups = group_diagnostics(report.get("diagnostics", []))
     if not groups:
         return "<p>None: every metric is complete.</p>"
     items = []
-    for (severity, code, message), places in groups.items():
+    for (severity, code, message), where in groups.items():
+        places = where["operator"] + [path or "(root)" for path in where["path"]]
         listed = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
         items.append(
             f'<li class="diagnostic"><b>{_text(severity)}</b> {_text(code)}: {_text(message)}'

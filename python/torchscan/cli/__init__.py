@@ -165,8 +165,7 @@ def _place(model: nn.Module, specs: list[InputSpec], device: torch.device | None
     # Inputs in one floating dtype mean analysing the model in it (`--dtype bfloat16`): that
     # dtype also casts the model's floating-point parameters and buffers (integer inputs, like
     # token ids, do not).
-    floating = {resolve_dtype(spec.dtype) for spec in specs} - {torch.bool}
-    floating = {dtype for dtype in floating if dtype.is_floating_point}
+    floating = {dtype for dtype in map(resolve_dtype, (spec.dtype for spec in specs)) if dtype.is_floating_point}
     if len(floating) == 1:
         model.to(floating.pop())
     if device is not None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._diagnostics import group_diagnostics
 from ..process import MemoryStats
 from ..report import AnalysisReport, MetricResult, ReportDiff
 from ..utils import format_flops, format_info
@@ -122,13 +123,7 @@ LISTED_LAYERS = 3
 def diagnostics_lines(diagnostics: Sequence[Mapping[str, Any]]) -> list[str]:
     """The diagnostics, one line per distinct (severity, code, message): a module type without
     formulas in 24 layers is one line naming its metrics and a few of the layers, not 72."""
-    groups: dict[tuple[str, str, str], dict[str, list[str]]] = {}
-    for d in diagnostics:
-        group = groups.setdefault((d["severity"], d["code"], d["message"]), {"metric": [], "path": [], "operator": []})
-        for key in group:
-            value = d.get(key)
-            if isinstance(value, str) and value not in group[key]:
-                group[key].append(value)
+    groups = group_diagnostics(diagnostics)
     if not groups:
         return []
     lines = [f"Diagnostics ({len(diagnostics)}, {len(groups)} distinct):"]
