@@ -78,7 +78,7 @@ TORCH_PY := $(abspath $(TORCH_VENV))/bin/python
 CORE_TESTS := test_formulas_exact.py test_operator_families.py test_observation_rule.py test_count_flops.py \
 	test_module_labels.py test_module_formulas.py test_bad_input.py test_overflow.py test_threads.py \
 	test_peak_memory.py test_compare_reports.py test_schemas.py test_packaging.py test_quantized.py \
-	test_truth.py test_compiled.py
+	test_truth.py test_compiled.py test_merge.py
 
 test-torch:
 	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=<version> (for example 2.11.0)"; exit 2; }

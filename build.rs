@@ -57,7 +57,7 @@ fn main() {
     let standard = if torch.minor >= 10 { "-std=c++20" } else { "-std=c++17" };
     let mut build = cxx_build::bridge("src/ffi.rs");
     build
-        .files(["cpp/observer.cpp", "cpp/ops.cpp", "cpp/memory.cpp", "cpp/api.cpp"])
+        .files(["cpp/observer.cpp", "cpp/ops.cpp", "cpp/memory.cpp", "cpp/api.cpp", "cpp/collectives.cpp"])
         .include("cpp/include")
         .include("cpp")
         .includes(&torch.includes)

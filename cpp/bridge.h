@@ -36,5 +36,6 @@ int64_t begin_memory();
 rust::String end_memory(int64_t id);
 rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept;
 rust::Slice<const int64_t> read_outputs(const OpEvent& event) noexcept;
+rust::Slice<const int64_t> read_collective_inputs(const OpEvent& event) noexcept;
 
 }  // namespace torchscan::ffi

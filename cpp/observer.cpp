@@ -23,6 +23,7 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 
+#include "collectives.h"
 #include "observer.h"
 #include "torchscan/cpp/bridge.h"
 
@@ -56,6 +57,7 @@ constexpr int64_t kTensorList = static_cast<int64_t>(ArgTag::TensorList);
 constexpr int64_t kOther = static_cast<int64_t>(ArgTag::Other);
 constexpr int64_t kSparse = static_cast<int64_t>(ArgTag::Sparse);
 constexpr int64_t kPacked = static_cast<int64_t>(ArgTag::Packed);
+constexpr int64_t kGroup = static_cast<int64_t>(ArgTag::Group);
 
 using Buffer = std::vector<int64_t>;
 
@@ -349,6 +351,25 @@ rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept {
     for (const auto& v : arguments(*event.fn)) encode(v, out);
   } catch (...) {
     out.clear();  // an empty stream: the formula reports the missing arguments
+  }
+  return {out.data(), out.size()};
+}
+
+rust::Slice<const int64_t> read_collective_inputs(const OpEvent& event) noexcept {
+  Buffer& out = *event.buffer;
+  out.clear();
+  try {
+    for (const auto& v : arguments(*event.fn)) {
+      int64_t size = 0;
+      int64_t rank = 0;
+      if ((v.isObject() || v.isString()) && collectives::group_of(v, size, rank)) {
+        out.insert(out.end(), {kGroup, size, rank});
+      } else {
+        encode(v, out);
+      }
+    }
+  } catch (...) {
+    out.clear();
   }
   return {out.data(), out.size()};
 }

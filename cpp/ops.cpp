@@ -132,6 +132,10 @@ std::string throughput_report(const std::string& steps, double peak, bool keep_s
   return std::string(call_core([&] { return ffi::throughput_report(steps, peak, keep_steps); }));
 }
 
+std::string merge_reports(const std::string& reports) {
+  return std::string(call_core([&] { return ffi::merge_reports(reports); }));
+}
+
 std::string compare_reports(const std::string& before, const std::string& after) {
   return std::string(call_core([&] { return ffi::compare_reports(before, after); }));
 }
@@ -341,6 +345,7 @@ TORCH_LIBRARY(torchscan, m) {
   def("enter_call(int session, str module_label, str call_label) -> ()", &torchscan::enter_call);
   def("exit_call(int session) -> ()", &torchscan::exit_call);
   def("compare_reports(str before, str after) -> str", &torchscan::compare_reports);
+  def("merge_reports(str reports) -> str", &torchscan::merge_reports);
   def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats, int max_width=0, "
       "str layout=\"classic\", int max_depth=-1) -> str",
       &torchscan::format_info);

@@ -35,10 +35,9 @@ def main() -> int:
     args = sys.argv[1:]
     options = _options()
     if options is not None and options.help_requested(args):
-        compare = args[:1] == ["compare"]
-        parser = options.compare_parser("torchscan") if compare else options.analyse_parser("torchscan")
+        parser, rest = options.subcommand_parser("torchscan", args)
         try:
-            parser.parse_args(args[1:] if compare else args)
+            parser.parse_args(rest)
         except SystemExit as exit_:  # --help prints and exits 0; a usage error exits 2
             return exit_.code if isinstance(exit_.code, int) else 1
     from torchscan.cli import main as run

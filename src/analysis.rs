@@ -306,11 +306,12 @@ fn not_requested(torch_version: String) -> FlopReport {
     let mut total = MetricResult::unavailable("workload");
     total.method = NOT_REQUESTED.into();
     FlopReport {
-        schema_version: SCHEMA_VERSION,
+        schema_version: crate::report::FLOP_SCHEMA_VERSION,
         context: FlopContext {
             torch_version,
             torchscan_version: crate::report::TORCHSCAN_VERSION.into(),
             method: NOT_REQUESTED.into(),
+            distributed: None,
         },
         total,
         by_module: BTreeMap::new(),
@@ -323,6 +324,7 @@ fn not_requested(torch_version: String) -> FlopReport {
         ignored_operators: BTreeMap::new(),
         diagnostics: Vec::new(),
         integer_ops: None,
+        communication: None,
     }
 }
 

@@ -13,6 +13,9 @@
 //!   kernel's packed weight (`quantized::linear`'s, `quantized::conv2d`'s), read by the shim
 //!   through the object's methods (for a convolution: spatial rank d, stride, padding, output
 //!   padding and dilation (d each), groups, transposed; nothing for a linear).
+//! - `GROUP`: tag, size, rank: a `torch.distributed` process group (a c10d collective's
+//!   `process_group` argument, or a functional collective's group name, resolved by the shim).
+//!   Only a collective's inputs carry it (`OpEvent::collective_inputs`); elsewhere it is `OTHER`.
 //!
 //! Values never leave the session: reports only ever carry FLOP counts and shapes' products.
 
@@ -27,6 +30,7 @@ pub const TAG_TENSOR_LIST: i64 = 7;
 pub const TAG_OTHER: i64 = 8;
 pub const TAG_SPARSE: i64 = 9;
 pub const TAG_PACKED: i64 = 10;
+pub const TAG_GROUP: i64 = 11;
 
 /// `c10::ScalarType` codes of the complex dtypes (ComplexHalf, ComplexFloat, ComplexDouble).
 const COMPLEX_DTYPES: [i64; 3] = [8, 9, 10];
@@ -80,6 +84,13 @@ pub struct PackedMeta<'a> {
     pub params: &'a [i64],
 }
 
+/// A process group as a collective sees it: how many ranks, and which one this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub size: i64,
+    pub rank: i64,
+}
+
 /// One decoded argument, borrowing from the stream.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arg<'a> {
@@ -95,6 +106,7 @@ pub enum Arg<'a> {
     TensorList(usize, &'a [i64]),
     Sparse(SparseMeta<'a>),
     Packed(PackedMeta<'a>),
+    Group(Group),
 }
 
 /// Finds where each argument starts. `offsets` is cleared and refilled (its capacity is kept).
@@ -118,6 +130,7 @@ fn arg_len(stream: &[i64], pos: usize) -> Option<usize> {
     let len = match tag {
         TAG_NONE | TAG_OTHER => 1,
         TAG_INT | TAG_DOUBLE | TAG_BOOL => 2,
+        TAG_GROUP => 3,
         TAG_TENSOR => 1 + tensor_len(stream, pos + 1)?,
         TAG_SPARSE => 3 + tensor_len(stream, pos + 3)?,
         TAG_PACKED => {
@@ -190,6 +203,7 @@ impl<'a> Args<'a> {
             TAG_INT => Arg::Int(s[pos + 1]),
             TAG_DOUBLE => Arg::Double(f64::from_bits(s[pos + 1] as u64)),
             TAG_BOOL => Arg::Bool(s[pos + 1] != 0),
+            TAG_GROUP => Arg::Group(Group { size: s[pos + 1], rank: s[pos + 2] }),
             TAG_INT_LIST | TAG_BOOL_LIST => {
                 let n = usize::try_from(s[pos + 1]).ok()?;
                 let values = &s[pos + 2..pos + 2 + n];
@@ -279,6 +293,14 @@ impl<'a> Args<'a> {
             Arg::Packed(p) => Some(p),
             _ => None,
         }
+    }
+
+    /// The first process group among the arguments (a collective has one).
+    pub fn group(&self) -> Option<Group> {
+        (0..self.len()).find_map(|i| match self.get(i)? {
+            Arg::Group(g) => Some(g),
+            _ => None,
+        })
     }
 
     /// The layout of the first sparse tensor among the arguments, if any.
@@ -374,6 +396,17 @@ pub mod build {
 
     pub fn int(out: &mut Vec<i64>, v: i64) {
         out.extend([TAG_INT, v]);
+    }
+    pub fn group(out: &mut Vec<i64>, size: i64, rank: i64) {
+        out.extend([TAG_GROUP, size, rank]);
+    }
+    /// A tensor of `dtype` (a `c10::ScalarType` code).
+    pub fn typed_tensor(out: &mut Vec<i64>, dtype: i64, dims: &[i64]) {
+        out.extend([TAG_TENSOR, dtype, dims.len() as i64]);
+        out.extend_from_slice(dims);
+    }
+    pub fn other(out: &mut Vec<i64>) {
+        out.push(TAG_OTHER);
     }
     pub fn boolean(out: &mut Vec<i64>, v: bool) {
         out.extend([TAG_BOOL, v as i64]);

@@ -29,6 +29,7 @@ mod bridge {
         Other = 8,
         Sparse = 9,
         Packed = 10,
+        Group = 11,
     }
 
     /// How many sessions can be open at once (`registry::MAX_SESSIONS`): the shim keeps one
@@ -92,7 +93,8 @@ mod bridge {
     }
 
     /// The registry's class of one operator (`formulas::Class`): `kind` is `counted`,
-    /// `ignored`, `uncounted` or `unclassified`; `detail` the category or the reason.
+    /// `ignored`, `uncounted`, `communication` or `unclassified`; `detail` the category, the
+    /// reason or the convention.
     struct OperatorClass {
         kind: String,
         detail: String,
@@ -180,6 +182,9 @@ mod bridge {
         /// The ReportDiff of two reports (JSON, encoded as `compare.rs` describes).
         fn compare_reports(before: &str, after: &str) -> Result<String>;
 
+        /// The MergedReport of a job's ranks (JSON, as `merge.rs` describes).
+        fn merge_reports(reports: &str) -> Result<String>;
+
         type MemoryTracker;
         fn new_memory_tracker() -> Box<MemoryTracker>;
         /// One CPU allocator event for the block at `address`: +bytes allocated, -bytes freed.
@@ -195,6 +200,9 @@ mod bridge {
         /// The encoded inputs, in a thread-local buffer valid until the next read on this thread.
         fn read_inputs(event: &OpEvent) -> &[i64];
         fn read_outputs(event: &OpEvent) -> &[i64];
+        /// A collective's inputs: as `read_inputs`, with its process group (a ProcessGroup
+        /// object, or a registered group's name) as a `Group` record.
+        fn read_collective_inputs(event: &OpEvent) -> &[i64];
 
         /// The Rust API (`crate::api`): a session observing the calling thread, its close, its
         /// discard (any state, never fails), and a CPU peak-memory measurement.
@@ -220,6 +228,7 @@ const _: () = {
     assert!(ArgTag::Other.repr == args::TAG_OTHER);
     assert!(ArgTag::Sparse.repr == args::TAG_SPARSE);
     assert!(ArgTag::Packed.repr == args::TAG_PACKED);
+    assert!(ArgTag::Group.repr == args::TAG_GROUP);
     assert!(Limits::Sessions.repr as usize == registry::MAX_SESSIONS);
     assert!(DecisionBit::Skip.repr == Decision::SKIP.0);
     assert!(DecisionBit::Capture.repr == Decision::CAPTURE);
@@ -339,6 +348,7 @@ fn classify_operator(name: &str) -> OperatorClass {
         Class::Counted(category) => ("counted", category),
         Class::Ignored(reason) => ("ignored", reason),
         Class::Uncounted(reason) => ("uncounted", reason),
+        Class::Communication(convention) => ("communication", convention),
         Class::Unclassified => ("unclassified", ""),
     };
     OperatorClass { kind: kind.into(), detail: detail.into() }
@@ -368,6 +378,10 @@ impl crate::session::OpEvent for Event<'_> {
 
     fn inputs(&self) -> &[i64] {
         bridge::read_inputs(self.0)
+    }
+
+    fn collective_inputs(&self) -> &[i64] {
+        bridge::read_collective_inputs(self.0)
     }
 
     fn read_outputs(&self, out: &mut Vec<i64>) {
@@ -479,6 +493,10 @@ fn throughput_report(steps: &str, peak: f64, keep_steps: bool) -> Result<String,
 
 fn compare_reports(before: &str, after: &str) -> Result<String, String> {
     guarded(|| crate::compare::compare_json(before, after))
+}
+
+fn merge_reports(reports: &str) -> Result<String, String> {
+    guarded(|| crate::merge::merge_json(reports))
 }
 
 /// The C++ entry points of the Rust API ([`crate::api`]), with their exceptions as [`crate::Error`].

@@ -16,6 +16,7 @@ pub mod error;
 pub mod flops_table;
 pub mod formulas;
 pub mod memory;
+pub mod merge;
 pub mod modules;
 pub mod pending;
 pub mod registry;

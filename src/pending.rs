@@ -5,6 +5,7 @@
 //! deliver its work. The common outcomes (a count, an ignored call) are counted at the start and
 //! taken back if the call raises (`session::Receipt`), so that their end costs nothing.
 
+use crate::formulas::collective::Traffic;
 use crate::formulas::{Category, FormulaError};
 use crate::session::Phase;
 
@@ -18,6 +19,8 @@ pub enum Outcome {
     Failed(FormulaError),
     /// A caller's formula, priced after the workload from these inputs and the outputs.
     Custom(Vec<i64>),
+    /// A collective, priced at its start (`formulas::collective`).
+    Collective(Result<Traffic, FormulaError>),
 }
 
 /// One claimed call that has started and not yet returned.

@@ -253,6 +253,22 @@ impl ScopeTree {
             .collect()
     }
 
+    /// The distinct module labels on `node`'s stack (not the call labels), outermost first.
+    pub fn module_labels_of(&self, node: u32) -> Vec<&str> {
+        let mut labels: Vec<&str> = Vec::new();
+        let mut at = node;
+        while at != ROOT {
+            let Some(n) = self.nodes.get(at as usize) else { break };
+            let label = self.labels[n.label as usize].as_str();
+            if !label.starts_with(CALL_PREFIX) && !labels.contains(&label) {
+                labels.push(label);
+            }
+            at = n.parent;
+        }
+        labels.reverse();
+        labels
+    }
+
     fn has_ancestor_labelled(&self, node: u32, label: u32) -> bool {
         let mut at = self.nodes[node as usize].parent;
         while at != ROOT {

@@ -2,40 +2,16 @@
 //! with the status rules of every metric, divided by their seconds, and by the device's peak.
 
 use crate::error::{Error, Result};
-use crate::report::{MetricResult, RateResult, Status, StepTiming, ThroughputReport, METHOD_NATIVE, SCHEMA_VERSION};
+use crate::report::{MetricResult, RateResult, Status, StepTiming, ThroughputReport, SCHEMA_VERSION};
 
 /// The sum of the steps' FLOPs: complete when every step's is, partial (a lower bound) when a
 /// step's is partial or a step's count is unavailable, unavailable when the sum overflows.
 fn summed(steps: &[StepTiming]) -> MetricResult {
-    let mut status = Status::Complete;
-    let mut known: Option<u64> = Some(0);
-    for step in steps {
-        let (step_status, part) = match step.flops.status {
-            Status::Complete => (Status::Complete, step.flops.value),
-            other => (other, step.flops.known_value),
-        };
-        if step_status != Status::Complete {
-            status = Status::Partial;
-        }
-        known = known.and_then(|k| k.checked_add(part.unwrap_or(0)));
-    }
-    let (status, value, known_value) = match known {
-        None => (Status::Unavailable, None, None),
-        Some(k) if status == Status::Complete => (Status::Complete, Some(k), Some(k)),
-        Some(k) => (Status::Partial, None, Some(k)),
-    };
-    MetricResult {
-        status,
-        value,
-        known_value,
-        unit: "FLOPs".into(),
-        scope: "steps".into(),
-        method: METHOD_NATIVE.into(),
-    }
+    MetricResult::sum(steps.iter().map(|s| &s.flops), "steps")
 }
 
 /// `numerator / denominator` with the numerator's status.
-fn rate(count: &MetricResult, denominator: Option<f64>, unit: &str) -> RateResult {
+pub(crate) fn rate(count: &MetricResult, denominator: Option<f64>, unit: &str) -> RateResult {
     let per = |n: Option<u64>| denominator.filter(|d| *d > 0.0).and_then(|d| n.map(|n| n as f64 / d));
     let (status, value, known_value) = match (count.status, denominator.filter(|d| *d > 0.0)) {
         (_, None) | (Status::Unavailable, _) => (Status::Unavailable, None, None),
@@ -91,6 +67,7 @@ pub fn throughput_report(steps: Vec<StepTiming>, peak: Option<f64>, keep_steps: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::METHOD_NATIVE;
 
     fn step(status: Status, value: Option<u64>, known: Option<u64>, seconds: f64) -> StepTiming {
         StepTiming {

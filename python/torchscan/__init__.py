@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from . import _compiled, modules, process, report, utils
+from . import _compiled, distributed, modules, process, report, utils
 from ._native import ops as _ops
 from .compare import compare_reports
 from .crawler import crawl_module, summary
+from .distributed import gather_reports, merge_reports
 from .errors import IncompleteAnalysisError
 from .flops import FlopCounter, count_flops, measure_flops
 from .report import (
@@ -13,6 +14,7 @@ from .report import (
     Diagnostic,
     FlopReport,
     LayerReport,
+    MergedReport,
     MetricResult,
     ReportDiff,
     metric_result,
@@ -31,13 +33,17 @@ __all__ = [
     "FlopReport",
     "IncompleteAnalysisError",
     "LayerReport",
+    "MergedReport",
     "MetricResult",
     "ReportDiff",
     "Throughput",
     "compare_reports",
     "count_flops",
     "crawl_module",
+    "distributed",
+    "gather_reports",
     "measure_flops",
+    "merge_reports",
     "metric_result",
     "modules",
     "peak_flops",

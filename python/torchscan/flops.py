@@ -19,6 +19,7 @@ from torch import nn
 
 from ._native import ops
 from ._session import NativeSession
+from .distributed import process_context
 from .report import FlopReport
 
 __all__ = ["FlopCounter", "count_flops", "measure_flops"]
@@ -228,13 +229,16 @@ def _config(modules: object, custom_mapping: object, threads: object) -> _Config
         raise TypeError(f'threads must be "current" or "all", got {type(threads).__name__}')
     if threads not in ("current", "all"):
         raise ValueError(f'threads must be "current" or "all", got {threads!r}')
-    native = {
+    native: dict[str, Any] = {
         "torch_version": torch.__version__,
         "custom_operators": sorted(formulas),
         "registered_operators": sorted(registered),
         "threads": threads,
         "modules": "all" if roots is None else "named",
     }
+    distributed = process_context()
+    if distributed is not None:
+        native["distributed"] = distributed
     return _Config(formulas, roots, _NATIVE_CONFIGS.get(native) or json.dumps(native))
 
 
@@ -245,7 +249,7 @@ class _NativeConfigs:
         self._cache: dict[tuple[str, str], str] = {}
 
     def get(self, native: dict[str, Any]) -> str | None:
-        if native["custom_operators"]:
+        if native["custom_operators"] or "distributed" in native:
             return None
         key = (native["threads"], native["modules"])
         text = self._cache.get(key)

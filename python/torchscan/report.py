@@ -10,7 +10,9 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
     "AnalysisReport",
+    "Communication",
     "Diagnostic",
+    "DistributedContext",
     "FlopContext",
     "FlopReport",
     "IgnoredOperator",
@@ -19,6 +21,7 @@ __all__ = [
     "LayerDiff",
     "LayerReport",
     "LayerSnapshot",
+    "MergedReport",
     "MetricDiff",
     "MetricResult",
     "MetricStatus",
@@ -26,6 +29,7 @@ __all__ = [
     "ReportDiff",
     "StepTiming",
     "ThroughputReport",
+    "Traffic",
     "metric_result",
 ]
 
@@ -50,10 +54,44 @@ class Diagnostic(TypedDict):
     operator: NotRequired[str]
 
 
+class DistributedContext(TypedDict):
+    """This rank's place in a ``torch.distributed`` job."""
+
+    rank: int
+    world_size: int
+    backend: str
+
+
 class FlopContext(TypedDict):
     torch_version: str
     torchscan_version: str
     method: str
+    #: Present when measured inside an initialized ``torch.distributed`` job (schema version 2).
+    distributed: NotRequired[DistributedContext]
+
+
+class Traffic(TypedDict):
+    calls: int
+    bytes_sent: int
+    bytes_received: int
+
+
+class PhaseTraffic(Traffic):
+    status: MetricStatus
+
+
+class Communication(TypedDict):
+    """What this rank's collectives moved, by the ``ring`` conventions of docs/distributed.md.
+    complete: exact; partial: lower bounds (a diagnostic names what is missing)."""
+
+    status: MetricStatus
+    convention: Literal["ring"]
+    calls: int
+    bytes_sent: int
+    bytes_received: int
+    by_operator: dict[str, Traffic]
+    by_phase: dict[str, PhaseTraffic]
+    by_module: dict[str, Traffic]
 
 
 class IgnoredOperator(TypedDict):
@@ -94,6 +132,8 @@ class FlopReport(TypedDict):
     diagnostics: list[Diagnostic]
     #: Integer operations of quantized kernels, apart from FLOPs; present when one ran.
     integer_ops: NotRequired[IntegerOps]
+    #: This rank's torch.distributed collectives; present when one ran (schema version 2).
+    communication: NotRequired[Communication]
 
 
 class LayerReport(TypedDict):
@@ -181,6 +221,50 @@ class ThroughputReport(TypedDict):
     peak_flops_per_second: float | None
     mfu: RateResult
     per_step: NotRequired[list[StepTiming]]
+
+
+class RankTraffic(Traffic):
+    status: MetricStatus
+
+
+class RankFigures(TypedDict):
+    rank: int
+    flops: MetricResult
+    communication: RankTraffic | None
+    seconds: NotRequired[float]
+    flops_per_second: NotRequired[RateResult]
+    mfu: NotRequired[RateResult]
+
+
+class MergedThroughput(TypedDict):
+    seconds: float
+    flops: MetricResult
+    flops_per_second: RateResult
+    peak_flops_per_second: float | None
+    mfu: RateResult
+
+
+class MergedReport(TypedDict):
+    """``torchscan.merge_reports`` / ``gather_reports`` (schemas/merged_report.json)."""
+
+    schema_version: int
+    context: dict[str, Any]
+    total: MetricResult
+    by_phase: dict[str, MetricResult]
+    by_module: dict[str, int]
+    by_module_status: dict[str, MetricStatus]
+    by_operator: dict[str, int]
+    operator_calls: dict[str, int]
+    by_category: dict[str, int]
+    ignored_operators: dict[str, IgnoredOperator]
+    communication: Communication | None
+    ranks: list[RankFigures]
+    most_loaded_rank: int
+    slowest_rank: int | None
+    flops_imbalance: float | None
+    seconds_imbalance: float | None
+    throughput: NotRequired[MergedThroughput]
+    diagnostics: list[Diagnostic]
 
 
 class ReportDiff(TypedDict):

@@ -60,6 +60,14 @@ pub fn markdown() -> String {
         out.push_str("| (none) | |\n");
     }
     out.push_str(
+        "\n## Collectives: bytes, not FLOPs (the report's `communication`)\n\n\
+         Priced by the bytes this rank sends and receives, by the ring convention of \
+         `docs/distributed.md` (`src/formulas/collective.rs`); they add no FLOPs.\n\n| operator |\n|---|\n",
+    );
+    for c in super::collective::COLLECTIVES {
+        let _ = writeln!(out, "| `{}` |", c.operator);
+    }
+    out.push_str(
         "\n## Ignored: no arithmetic (0 FLOPs, listed in `ignored_operators`)\n\n| operator | reason |\n|---|---|\n",
     );
     for ignored in IGNORED {

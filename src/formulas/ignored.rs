@@ -19,11 +19,19 @@ pub enum Reason {
     Creation,
     /// Reads sizes, strides or other metadata.
     Metadata,
+    /// Waits for other work (a collective's result) to finish.
+    Synchronization,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 5] =
-        [Reason::View, Reason::DataMovement, Reason::Allocation, Reason::Creation, Reason::Metadata];
+    pub const ALL: [Reason; 6] = [
+        Reason::View,
+        Reason::DataMovement,
+        Reason::Allocation,
+        Reason::Creation,
+        Reason::Metadata,
+        Reason::Synchronization,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -32,6 +40,7 @@ impl Reason {
             Reason::Allocation => "allocation",
             Reason::Creation => "creation",
             Reason::Metadata => "metadata",
+            Reason::Synchronization => "synchronization",
         }
     }
 }
@@ -52,6 +61,8 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::diagonal", "aten::view_as_real",
         "aten::view_as_complex", "aten::lift_fresh", "aten::_nested_view_from_buffer", "aten::indices",
         "aten::values",
+        // The functional collectives' output, handed to autograd as it is.
+        "_c10d_functional::_wrap_tensor_autograd",
     ],
     DataMovement: [
         // Index conversions, packing and layout changes (issue 15's operator surface).
@@ -78,6 +89,8 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::replication_pad1d", "aten::replication_pad3d", "aten::_nested_from_padded",
         "aten::_jagged_to_padded_dense_forward", "aten::_padded_dense_to_jagged_forward", "aten::_foreach_copy_",
         "aten::_foreach_clone", "aten::nonzero_static",
+        // FSDP2's copies in and out of its collectives' buffers (Python kernels that only copy).
+        "fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat",
     ],
     Allocation: [
         "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
@@ -105,5 +118,9 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::_assert_async", "aten::_functional_assert_async", "aten::_make_dep_token", "aten::record_stream",
         "aten::is_set_to", "aten::_use_cudnn_ctc_loss", "aten::_use_miopen_ctc_loss", "aten::_fused_sdp_choice",
         "aten::_validate_compressed_sparse_indices", "aten::_nested_compute_contiguous_strides_offsets"
+    ],
+    Synchronization: [
+        // A functional collective's wait: the collective itself is priced (`collective.rs`).
+        "_c10d_functional::wait_tensor",
     ],
 };

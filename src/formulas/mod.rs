@@ -6,6 +6,7 @@
 //! argument of the wrong kind is an error the session reports, never a wrapped or guessed value.
 
 pub mod attention;
+pub mod collective;
 pub mod conv;
 pub mod conv_backends;
 pub mod detection;
@@ -1189,12 +1190,17 @@ pub enum Class {
     Ignored(&'static str),
     /// Does arithmetic torchscan deliberately does not count, for this reason.
     Uncounted(&'static str),
+    /// A `torch.distributed` collective: bytes by this convention (`collective.rs`), no FLOPs.
+    Communication(&'static str),
     /// Not in the registry: counted as an uncounted operator (partial) if it runs a kernel.
     Unclassified,
 }
 
 /// The registry's class of `operator` (qualified, `aten::mm`).
 pub fn classify(operator: &str) -> Class {
+    if collective::lookup(operator).is_some() {
+        return Class::Communication(crate::report::CONVENTION);
+    }
     match lookup(operator) {
         Some(Rule::Formula(i)) => Class::Counted(FORMULAS[i].category.name()),
         Some(Rule::Ignored(i)) => Class::Ignored(ignored::IGNORED[i].reason.name()),
@@ -1212,6 +1218,7 @@ pub fn registry_operators() -> impl Iterator<Item = &'static str> {
         .map(|f| f.operator)
         .chain(ignored::IGNORED.iter().map(|i| i.operator))
         .chain(quantize::UNCOUNTED.iter().map(|u| u.operator))
+        .chain(collective::COLLECTIVES.iter().map(|c| c.operator))
 }
 
 /// The registry's own row for `operator`; built once, read-only afterwards.

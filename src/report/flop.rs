@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+use super::communication::{Communication, Distributed};
 use super::metric::{MetricResult, Status};
 use crate::formulas::ignored::Reason;
 use crate::formulas::Category;
@@ -55,6 +56,9 @@ pub struct FlopContext {
     pub torchscan_version: String,
     #[schemars(length(min = 1))]
     pub method: String,
+    /// This rank's place in a `torch.distributed` job (additive in schema version 2).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub distributed: Option<Distributed>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -71,7 +75,8 @@ pub struct IgnoredCount {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FlopReport {
-    #[schemars(extend("const" = 1))]
+    /// 2 (1: written by torchscan before `communication`; read as 2 without it).
+    #[schemars(range(min = 1, max = 2))]
     pub schema_version: u32,
     pub context: FlopContext,
     #[schemars(extend("properties" = {"scope": {"const": "workload"}}))]
@@ -112,6 +117,10 @@ pub struct FlopReport {
     /// such a kernel ran (additive).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub integer_ops: Option<IntegerOps>,
+    /// What this rank's `torch.distributed` collectives moved; present when one ran (schema
+    /// version 2).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub communication: Option<Communication>,
 }
 
 /// The integer arithmetic of quantized kernels (`quantized::linear`, `quantized::conv2d`,

@@ -188,6 +188,28 @@ impl MetricResult {
         Self::new(Status::Unavailable, None, None, scope)
     }
 
+    /// The sum of counts: complete when every part is, partial (a lower bound: the known values
+    /// summed) when a part is partial or unavailable, unavailable when the sum overflows.
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a MetricResult>, scope: &str) -> Self {
+        let mut complete = true;
+        let mut known: Option<u64> = Some(0);
+        for part in parts {
+            let value = match part.status {
+                Status::Complete => part.value,
+                _ => {
+                    complete = false;
+                    part.known_value
+                }
+            };
+            known = known.and_then(|k| k.checked_add(value.unwrap_or(0)));
+        }
+        match known {
+            None => Self::unavailable(scope),
+            Some(k) if complete => Self::complete(k, scope),
+            Some(k) => Self::partial(k, scope),
+        }
+    }
+
     /// A counted value whose completeness and overflow state are known.
     pub fn from_count(known: u64, incomplete: bool, overflowed: bool, scope: &str) -> Self {
         if overflowed {

@@ -6,15 +6,15 @@ use schemars::generate::SchemaSettings;
 use schemars::transform::{RecursiveTransform, Transform};
 use schemars::{JsonSchema, Schema};
 
-use super::{AnalysisReport, FlopReport, ReportDiff, ThroughputReport};
+use super::{AnalysisReport, FlopReport, MergedReport, ReportDiff, ThroughputReport};
 
 /// `(file name, schema)` of every report.
-pub fn schemas() -> [(&'static str, Schema); 4] {
+pub fn schemas() -> [(&'static str, Schema); 5] {
     [
         (
             "flop_report.json",
             schema_of::<FlopReport>(
-                "torchscan FlopReport (schema_version 1)",
+                "torchscan FlopReport (schema_version 2; 1 reads as 2 without communication)",
                 "The report of torchscan.measure_flops and count_flops(...).report(). See docs/schema.md.",
             ),
         ),
@@ -37,6 +37,13 @@ pub fn schemas() -> [(&'static str, Schema); 4] {
             schema_of::<ThroughputReport>(
                 "torchscan ThroughputReport (schema_version 1)",
                 "The report of torchscan.Throughput: FLOP/s and MFU of counted, timed steps. See docs/schema.md.",
+            ),
+        ),
+        (
+            "merged_report.json",
+            schema_of::<MergedReport>(
+                "torchscan MergedReport (schema_version 2)",
+                "Every rank's FlopReport as one: torchscan.merge_reports, gather_reports and `torchscan merge`. See docs/distributed.md.",
             ),
         ),
     ]

@@ -8,7 +8,7 @@ use crate::args::{index_stream, Args};
 use crate::formulas::{self, FormulaError};
 use crate::report::{
     packet_name, Diagnostic, FlopContext, FlopReport, IgnoredCount, IntegerOps, MetricResult, Severity, Status,
-    METHOD_NATIVE, SCHEMA_VERSION, TORCHSCAN_VERSION,
+    FLOP_SCHEMA_VERSION, METHOD_NATIVE, TORCHSCAN_VERSION,
 };
 use crate::scopes::CALL_PREFIX;
 
@@ -87,13 +87,16 @@ impl Session {
     fn assemble(self, custom_errors: BTreeMap<usize, (u64, String)>) -> FlopReport {
         let mut operators = self.operators(&custom_errors);
         operators.diagnostics.extend(self.session_diagnostics());
+        let (communication, communication_diagnostics) = self.communication();
+        operators.diagnostics.extend(communication_diagnostics);
         let (by_module, by_module_status, by_call) = self.module_maps();
         FlopReport {
-            schema_version: SCHEMA_VERSION,
+            schema_version: FLOP_SCHEMA_VERSION,
             context: FlopContext {
                 torch_version: self.config.torch_version.clone(),
                 torchscan_version: TORCHSCAN_VERSION.to_string(),
                 method: METHOD_NATIVE.to_string(),
+                distributed: self.config.distributed.clone(),
             },
             total: MetricResult::from_count(self.total.flops, self.total.incomplete, self.total.overflowed, "workload"),
             by_module,
@@ -109,6 +112,7 @@ impl Session {
                 let i = &self.integer;
                 IntegerOps::new(i.flops, i.incomplete, i.overflowed, operators.integer_by_operator)
             }),
+            communication,
         }
     }
 

@@ -1,6 +1,8 @@
 //! What a session is opened with: the caller's options, parsed from the JSON the Python layer and
 //! the native APIs send.
 
+use crate::report::Distributed;
+
 /// The torch version the native library was compiled against (`none` for the pure core).
 pub const BUILT_AGAINST_TORCH: &str = env!("TORCHSCAN_TORCH_VERSION");
 
@@ -17,6 +19,8 @@ pub struct Config {
     pub all_threads: bool,
     /// Which module calls of the opening thread the session labels (`modules.rs`).
     pub modules: Labelling,
+    /// This process's place in a `torch.distributed` job, for the report's context.
+    pub distributed: Option<Distributed>,
 }
 
 /// Which module calls a session labels.
@@ -34,7 +38,7 @@ pub enum Labelling {
 impl Config {
     /// Parses `{"torch_version": str, "custom_operators": [str, ...], "registered_operators":
     /// [str, ...] (a subset of the custom ones), "threads": "current" |
-    /// "all", "modules": "named" | "all"}` (all optional; the torch version defaults to the one
+    /// "all", "modules": "named" | "all", "distributed": {"rank", "world_size", "backend"}}` (all optional; the torch version defaults to the one
     /// the library was built against, threads to "current", and no module call is labelled).
     pub fn from_json(text: &str) -> crate::error::Result<Config> {
         use crate::error::Error;
@@ -67,6 +71,7 @@ impl Config {
                         _ => return Err(Error::BadConfig(format!("modules must be \"named\" or \"all\", got {v}"))),
                     }
                 }
+                "distributed" => config.distributed = Some(distributed(v)?),
                 other => return Err(Error::BadConfig(format!("unknown key {other:?}"))),
             }
         }
@@ -75,6 +80,23 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// `{"rank": int, "world_size": int, "backend": str}`, with `0 <= rank < world_size`.
+fn distributed(value: &serde_json::Value) -> crate::error::Result<Distributed> {
+    use crate::error::Error;
+    let bad = || {
+        Error::BadConfig(format!(
+            "distributed must be {{rank, world_size, backend}} with 0 <= rank < world_size, got {value}"
+        ))
+    };
+    let number = |key: &str| value.get(key).and_then(serde_json::Value::as_u64).and_then(|v| u32::try_from(v).ok());
+    let (Some(rank), Some(world_size)) = (number("rank"), number("world_size")) else { return Err(bad()) };
+    let backend = value.get("backend").and_then(serde_json::Value::as_str).filter(|b| !b.is_empty()).ok_or_else(bad)?;
+    if rank >= world_size || value.as_object().is_some_and(|o| o.len() != 3) {
+        return Err(bad());
+    }
+    Ok(Distributed { rank, world_size, backend: backend.to_string() })
 }
 
 /// A JSON list of qualified operator names (`aten::sin`, never an overload).

@@ -30,6 +30,7 @@ use crate::pending::{Outcome, Pending};
 use crate::scopes::ScopeTree;
 
 mod assemble;
+mod communication;
 mod config;
 mod modules;
 pub mod priced;
@@ -59,6 +60,11 @@ pub trait OpEvent {
     fn describe(&self) -> Option<OpDescription>;
     /// The encoded inputs (see `args.rs`), valid until the next read of this thread's events.
     fn inputs(&self) -> &[i64];
+    /// The inputs of a collective: as [`Self::inputs`], with its process group (an object, or a
+    /// functional collective's group name) read as a `GROUP` record.
+    fn collective_inputs(&self) -> &[i64] {
+        self.inputs()
+    }
     /// Appends the encoded outputs to `out`; only called for a custom formula's call (`Decision::CAPTURE`).
     fn read_outputs(&self, out: &mut Vec<i64>);
 }
@@ -120,6 +126,15 @@ pub enum Phase {
     Backward = 1,
 }
 
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+        }
+    }
+}
+
 /// Where an operator event comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpCall {
@@ -177,6 +192,8 @@ pub const OPERATOR_DIAGNOSTIC_METRIC: &str = "flops";
 enum Class {
     Formula(usize),
     Ignored(usize),
+    /// A `torch.distributed` collective (`formulas::collective`): bytes, no FLOPs.
+    Collective(usize),
     Custom,
     Transparent,
     Uncounted,
@@ -283,6 +300,8 @@ pub struct Session {
     priced_scopes: priced::PricedScopes,
     /// The modules labelled by identity, and their open calls (`modules.rs`).
     modules: modules::ModuleCalls,
+    /// The collectives that ran (`communication.rs`).
+    collectives: communication::Collectives,
 }
 
 impl Session {
@@ -308,6 +327,7 @@ impl Session {
             custom_calls: BTreeMap::new(),
             priced_scopes: priced::PricedScopes::new(),
             modules,
+            collectives: communication::Collectives::default(),
         }
     }
 
@@ -364,6 +384,16 @@ impl Session {
                 Ok(decision) => return decision,
                 Err(outcome) => outcome,
             },
+            Class::Collective(index) => {
+                // Priced now (the inputs are at hand), counted when it returns: rare calls.
+                let inputs = event.collective_inputs();
+                let priced = if index_stream(inputs, &mut self.offsets) {
+                    (formulas::collective::COLLECTIVES[index].traffic)(&Args::new(inputs, &self.offsets))
+                } else {
+                    Err(FormulaError::UnexpectedShape)
+                };
+                Outcome::Collective(priced)
+            }
             Class::Custom => {
                 let inputs = event.inputs().to_vec();
                 self.pending.push(Pending { token, op, scope, phase, outcome: Outcome::Custom(inputs) });
@@ -513,6 +543,10 @@ impl Session {
                 self.phases[phase as usize].incomplete = true;
                 Decision::SKIP
             }
+            Class::Collective(_) => {
+                self.collectives.record_unfollowed();
+                Decision::SKIP
+            }
             Class::Ignored(_) | Class::Internal | Class::CompiledBegin | Class::CompiledEnd => Decision::SKIP,
         }
     }
@@ -542,6 +576,7 @@ impl Session {
                     _ => self.mark_incomplete(scope, phase),
                 }
             }
+            Outcome::Collective(priced) => self.collectives.record(op, scope, phase, priced),
             Outcome::Custom(inputs) => {
                 let mut outputs = Vec::new();
                 event.read_outputs(&mut outputs);
@@ -605,6 +640,9 @@ impl Session {
         }
         if self.config.custom_operators.iter().any(|c| c == name) {
             return Class::Custom;
+        }
+        if let Some(index) = formulas::collective::lookup(name) {
+            return Class::Collective(index);
         }
         match formulas::lookup(name) {
             Some(Rule::Formula(i)) => Class::Formula(i),
@@ -1244,6 +1282,36 @@ mod tests {
     }
 
     #[test]
+    fn a_priced_graphs_collectives_are_added_at_each_run() {
+        // The recording: a functional all_reduce of 8 float32 over 2 ranks in module 5.
+        let mut recording = Session::new(Config::default());
+        recording.scopes_mut().push("5");
+        let all_reduce = || {
+            op(
+                "_c10d_functional::all_reduce",
+                true,
+                |s| {
+                    tensor(s, &[8]);
+                    other(s);
+                    group(s, 2, 0);
+                },
+                vec![],
+            )
+        };
+        run(&mut recording, &[all_reduce()], Phase::Forward);
+        let id = priced::register(recording.into_priced());
+        let mut live = Session::new(Config::default());
+        live.name_modules([(5, "Net")]);
+        let begin = op(COMPILED_BEGIN_OPERATOR, false, |_| {}, vec![]);
+        run(&mut live, &[begin, compiled_end(id, true), compiled_end(id, true)], Phase::Backward);
+        let c = report(live).communication.expect("the graph's collectives");
+        assert_eq!((c.status, c.calls, c.bytes_sent), (Status::Complete, 2, 64));
+        assert_eq!(c.by_operator["_c10d_functional.all_reduce"].calls, 2);
+        assert_eq!(c.by_phase["backward"].bytes_received, 64);
+        assert_eq!(c.by_module["Net"].calls, 2);
+    }
+
+    #[test]
     fn a_priced_graph_run_of_modules_the_session_never_named_goes_to_no_label() {
         // Module 7 was never named by the session (outside its roots): no label.
         let mut recording = Session::new(Config::default());
@@ -1296,6 +1364,69 @@ mod tests {
         let d: Vec<_> = r.diagnostics.iter().filter(|d| d.code == "unfollowed_threads").collect();
         assert_eq!(d.len(), 1);
         assert!(d[0].message.starts_with("2 operator call(s) that do arithmetic (aten.mm)"), "{}", d[0].message);
+    }
+
+    #[test]
+    fn collectives_are_bytes_not_flops_counted_when_they_return_in_their_module_and_phase() {
+        let config = Config::from_json(r#"{"distributed": {"rank": 1, "world_size": 2, "backend": "gloo"}}"#).unwrap();
+        let mut s = Session::new(config);
+        // all_reduce of 8 float32 over 2 ranks: 2 (32 - 16) bytes each way; its nested copy is
+        // the collective's own (skipped).
+        let allreduce = || {
+            op(
+                "c10d::allreduce_",
+                true,
+                |s| {
+                    tensors(s, &[&[8]]);
+                    group(s, 2, 1);
+                },
+                vec![op("aten::mm", true, mm_args, vec![])],
+            )
+        };
+        s.scopes_mut().push("Net");
+        run(&mut s, &[allreduce()], Phase::Forward);
+        s.scopes_mut().pop();
+        run(&mut s, &[allreduce()], Phase::Backward);
+        // One that raised moves nothing (it is not counted).
+        finish(&mut s, forward_call("c10d::allreduce_"), &allreduce(), false);
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(0, "workload"));
+        assert!(r.by_operator.is_empty() && r.diagnostics.is_empty());
+        let c = r.communication.expect("a collective ran");
+        assert_eq!((c.status, c.calls, c.bytes_sent, c.bytes_received), (Status::Complete, 2, 64, 64));
+        assert_eq!(
+            c.by_operator["c10d.allreduce_"],
+            crate::report::Traffic { calls: 2, bytes_sent: 64, bytes_received: 64 }
+        );
+        assert_eq!((c.by_phase["forward"].calls, c.by_phase["backward"].bytes_sent), (1, 32));
+        assert_eq!(c.by_module["Net"], crate::report::Traffic { calls: 1, bytes_sent: 32, bytes_received: 32 });
+        let place = r.context.distributed.expect("distributed context");
+        assert_eq!((place.rank, place.world_size, place.backend.as_str()), (1, 2, "gloo"));
+    }
+
+    #[test]
+    fn a_collective_that_cannot_be_priced_makes_communication_partial_not_flops() {
+        let mut s = Session::new(Config::default());
+        // No process group among its arguments (an unknown group name).
+        let orphan = op("c10d::allreduce_", true, |s| tensors(s, &[&[8]]), vec![]);
+        run(&mut s, &[orphan], Phase::Forward);
+        let unfollowed = OpCall { origin: Origin::Unfollowed, ..forward_call("c10d::broadcast_") };
+        let bcast = op("c10d::broadcast_", true, |s| tensors(s, &[&[8]]), vec![]);
+        assert_eq!(s.on_op_start(unfollowed, &bcast), Decision::SKIP);
+        let r = report(s);
+        assert_eq!(r.total.status, Status::Complete);
+        let c = r.communication.expect("collectives ran");
+        assert_eq!((c.status, c.calls, c.bytes_sent), (Status::Partial, 1, 0));
+        let codes: Vec<_> = r.diagnostics.iter().map(|d| (d.code.as_str(), d.metric.as_str())).collect();
+        assert_eq!(codes, [("collective_error", "communication"), ("unfollowed_threads", "communication")]);
+        assert!(Config::from_json(r#"{"distributed": {"rank": 2, "world_size": 2, "backend": "gloo"}}"#).is_err());
+    }
+
+    #[test]
+    fn no_collective_no_communication_section() {
+        let mut s = Session::new(Config::default());
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        assert!(report(s).communication.is_none());
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct PricedGraph {
     total: Counter,
     integer: Counter,
     scopes: Vec<PricedScope>,
+    /// Its collectives (functional collectives in a compiled graph), by recording scope node.
+    collectives: super::communication::PricedCollectives,
 }
 
 static GRAPHS: Mutex<Vec<Arc<PricedGraph>>> = Mutex::new(Vec::new());
@@ -60,6 +62,8 @@ impl Session {
     /// What this (recording) session counted, as a graph to add to other sessions. Phases and
     /// threads do not carry over: a run is counted in the phase it runs in.
     pub fn into_priced(self) -> PricedGraph {
+        let names = &self.ops;
+        let collectives = self.collectives.priced(|op| names[op].name.clone());
         let ops = self.ops.into_iter().filter(|s| s.calls > 0 || s.overflowed || s.formula_errors > 0).collect();
         let scopes = self
             .scopes
@@ -80,12 +84,17 @@ impl Session {
             overflowed: self.total.overflowed,
         };
         let integer = Counter { incomplete: self.integer.incomplete || self.internal_errors > 0, ..self.integer };
-        PricedGraph { ops, categories: self.categories, total, integer, scopes }
+        PricedGraph { ops, categories: self.categories, total, integer, scopes, collectives }
     }
 
     /// One completed run of `graph` (id `id`), in `phase`, attributed below `base`.
     pub(super) fn add_priced(&mut self, id: i64, graph: &PricedGraph, base: u32, phase: Phase, origin: Origin) {
         if origin == Origin::Unfollowed {
+            for op in graph.ops.iter().filter(|op| matches!(op.class, Class::Collective(_))) {
+                for _ in 0..op.calls {
+                    self.collectives.record_unfollowed();
+                }
+            }
             for op in graph.ops.iter().filter(|op| op.flops > 0 || op.class == Class::Uncounted) {
                 let index = self.priced_op(op);
                 *self.unfollowed.entry(index).or_insert(0) += op.calls;
@@ -134,6 +143,19 @@ impl Session {
                 self.scopes.mark_incomplete(node);
             }
         }
+        if graph.collectives.is_empty() {
+            return;
+        }
+        // The recording's scope nodes are the graph's scopes, in order (`ScopeTree::nodes`).
+        let nodes = self.priced_scopes[&(id, base)].clone();
+        let mut collectives = std::mem::take(&mut self.collectives);
+        collectives.add_priced(
+            &graph.collectives,
+            phase,
+            |name| self.op_by_name.get(name).copied().unwrap_or(0),
+            |scope| nodes.get(scope as usize).copied().unwrap_or(base),
+        );
+        self.collectives = collectives;
     }
 
     /// This session's entry for a priced operator (created on its first run).

@@ -16,7 +16,7 @@ _LIB = torch.library.Library("torchscan_schema_test", "DEF")
 _LIB.define("shift(Tensor x) -> Tensor")
 _LIB.impl("shift", lambda x: x + 1, "CPU")
 
-SCHEMAS = ("flop_report", "analysis_report", "report_diff")
+SCHEMAS = ("flop_report", "analysis_report", "report_diff", "merged_report")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,8 @@ def test_the_schemas_ship_with_the_package_and_are_draft_2020_12():
     for name in SCHEMAS:
         schema = json.loads((resources.files("torchscan") / "schemas" / f"{name}.json").read_text())
         assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-        assert "schema_version 1" in schema["title"]
+        version = 2 if name in ("flop_report", "merged_report") else 1
+        assert f"schema_version {version}" in schema["title"]
 
 
 def test_shared_definitions_are_identical_in_every_file():
@@ -77,7 +78,8 @@ def test_shared_definitions_are_identical_in_every_file():
     assert {"MetricResult", "Diagnostic", "Status"} <= shared
     root = {k: v for k, v in docs["flop_report"].items() if k not in ("$schema", "$defs", "title", "description")}
     assert root == {k: v for k, v in docs["analysis_report"]["$defs"]["FlopReport"].items() if k != "description"}
-    for first, second in [("flop_report", "analysis_report"), ("analysis_report", "report_diff")]:
+    pairs = [("flop_report", "analysis_report"), ("analysis_report", "report_diff"), ("flop_report", "merged_report")]
+    for first, second in pairs:
         for definition in set(docs[first]["$defs"]) & set(docs[second]["$defs"]):
             assert docs[first]["$defs"][definition] == docs[second]["$defs"][definition], definition
 
@@ -186,7 +188,8 @@ def assert_rejected(validator, document, path):
         (lambda r: r["total"].update(value=None), ["total", "value"]),
         (lambda r: r["total"].pop("known_value"), ["total"]),
         (lambda r: r["total"].update(extra=1), ["total"]),
-        (lambda r: r.update(schema_version=2), ["schema_version"]),
+        (lambda r: r.update(schema_version=3), ["schema_version"]),
+        (lambda r: r.update(communication={"status": "complete"}), ["communication"]),
         (lambda r: r["by_operator"].update({"aten.mm.default": 4}), ["by_operator"]),
         (lambda r: r["by_module"].update(ResNet=-1), ["by_module", "ResNet"]),
         (lambda r: r["by_category"].update(magic=1), ["by_category"]),
@@ -267,3 +270,19 @@ def test_the_python_types_have_the_generated_schemas_keys(name):
     node = schema if definition is None else schema["$defs"][definition]
     assert set(typed.__required_keys__) == set(node["required"])
     assert set(typed.__optional_keys__) == set(node["properties"]) - set(node["required"])
+
+
+def test_a_version_1_flop_report_still_validates_and_merges(validators):
+    """Reports written before schema version 2 (no communication, no context.distributed) are
+    valid version 2 reports, and merge."""
+    x = torch.randn(3, 3)
+    report = torchscan.measure_flops(lambda: x @ x)
+    assert report["schema_version"] == 2
+    old = {**report, "schema_version": 1}
+    assert errors(validators["flop_report"], old) == []
+    merged = torchscan.merge_reports([old, report])
+    assert errors(validators["merged_report"], merged) == []
+    assert merged["total"]["value"] == 2 * report["total"]["value"]
+    assert merged["context"]["backend"] is None and merged["communication"] is None
+    broken = {**report, "communication": {"status": "complete"}}
+    assert errors(validators["flop_report"], broken) != []

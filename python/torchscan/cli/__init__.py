@@ -6,6 +6,7 @@
               [--flops-by {module,operator,category}] [--width COLUMNS] [--strict]
               [--json PATH|-] [--csv PATH|-]
     torchscan compare BEFORE.json AFTER.json [--json PATH|-]
+    torchscan merge RANK.json... [--throughput RANK.json...] [--json PATH|-]
 
 Exit status: 0 success; 2 usage error (bad option, MODEL that cannot be imported or built, bad
 shape, dtype, device or output path); 1 analysis failure (the model's forward raised, an
@@ -32,17 +33,19 @@ from torch import nn
 
 from ..compare import compare_reports
 from ..crawler import crawl_module
+from ..distributed import merge_reports
 from ..errors import IncompleteAnalysisError
 from ..report import AnalysisReport
 from ..utils import format_html
 from .inputs import GeneratedInputs, generate, resolve_dtype
 from .models import build_model, check_device
-from .options import EXAMPLE_INPUT_SHAPE, InputSpec, analyse_parser, compare_parser, merge_kwargs
+from .options import EXAMPLE_INPUT_SHAPE, InputSpec, merge_kwargs, subcommand_parser
 from .render import (
     STDOUT,
     diff_text,
     flops_text,
     memory_text,
+    merged_text,
     summary_text,
     training_text,
     write_csv,
@@ -376,6 +379,29 @@ def _compare(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
     return 0
 
 
+def _merge(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> int:
+    options = parser.parse_args(argv)
+    paths = [Path(p) for p in options.reports]
+    timed = [Path(p) for p in options.throughput or []]
+    for path in (*paths, *timed):
+        if not path.is_file():
+            parser.error(f"report file not found: {path}")
+    if timed and len(timed) != len(paths):
+        parser.error(f"--throughput takes one file per report: got {len(timed)} for {len(paths)} reports")
+    _check_destination(parser, "--json", options.json)
+    reports = [_load_report(path) for path in paths]
+    throughput = [_load_report(path) for path in timed] or None
+    try:
+        merged = merge_reports(reports, throughput)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise _Failure(f"cannot merge {', '.join(map(str, paths))}: {error}") from None
+    if options.json is not None:
+        write_json(merged, options.json, out)
+    if options.json != STDOUT:
+        out.write(merged_text(merged) + "\n")
+    return 0
+
+
 def _exit_status(code: object) -> int:
     """SystemExit's code as an exit status (argparse exits 0 for --help, 2 for usage errors)."""
     if code is None:
@@ -387,10 +413,9 @@ def main(argv: list[str] | None = None, *, prog: str = "torchscan") -> int:
     """Runs the command line ``argv`` (default: ``sys.argv[1:]``) and returns the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
     command: Callable[[argparse.ArgumentParser, list[str], TextIO], int]
-    if args[:1] == ["compare"]:
-        parser, command, args = compare_parser(prog), _compare, args[1:]
-    else:
-        parser, command = analyse_parser(prog), _analyse
+    commands = {"compare": _compare, "merge": _merge}
+    command = commands.get(args[0] if args else "", _analyse)
+    parser, args = subcommand_parser(prog, args)
     try:
         return command(parser, args, sys.stdout)
     except _Failure as failure:

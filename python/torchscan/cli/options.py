@@ -19,8 +19,10 @@ __all__ = [
     "compare_parser",
     "help_requested",
     "merge_kwargs",
+    "merge_parser",
     "parse_input",
     "parse_shape",
+    "subcommand_parser",
 ]
 
 Shape = tuple[int, ...]
@@ -298,6 +300,39 @@ def compare_parser(prog: str) -> argparse.ArgumentParser:
         "--json", metavar="PATH", help="write the ReportDiff as JSON to PATH; '-' writes only the JSON to stdout"
     )
     return parser
+
+
+def merge_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{prog} merge",
+        description="Merge the FlopReport JSON files of a torch.distributed job's ranks (one per rank, as each "
+        "rank wrote it) into one report: totals, per-rank figures, the most loaded and slowest rank, imbalance.",
+        epilog="Each report names its rank (context.distributed); reports measured outside torch.distributed are "
+        "taken in the order given. See docs/distributed.md.",
+    )
+    parser.add_argument("reports", metavar="RANK.json", nargs="+", help="one FlopReport per rank")
+    parser.add_argument(
+        "--throughput",
+        metavar="RANK.json",
+        nargs="+",
+        help="each rank's ThroughputReport, in the order of the reports: the job's FLOP/s, MFU and slowest rank",
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", help="write the MergedReport as JSON to PATH; '-' writes only the JSON to stdout"
+    )
+    return parser
+
+
+SUBCOMMANDS = ("compare", "merge")
+
+
+def subcommand_parser(prog: str, args: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The parser for ``args`` (a subcommand's, or the analysis's) and the arguments it reads."""
+    if args[:1] == ["compare"]:
+        return compare_parser(prog), args[1:]
+    if args[:1] == ["merge"]:
+        return merge_parser(prog), args[1:]
+    return analyse_parser(prog), args
 
 
 def help_requested(args: list[str]) -> bool:

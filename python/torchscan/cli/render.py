@@ -338,3 +338,52 @@ def diff_text(diff: ReportDiff) -> str:
     if inexact or any(row[4] == "?" for row in rows[1:]):
         lines.append("Change '?': not exact, because a side is partial (>= N, a lower bound) or unavailable.")
     return "\n".join(lines)
+
+
+def _bytes_cell(traffic: Mapping[str, Any] | None) -> list[str]:
+    if traffic is None:
+        return ["0", "0", "0"]
+    mark = "" if traffic.get("status", "complete") == "complete" else ">= "
+    return [number(traffic["calls"]), mark + number(traffic["bytes_sent"]), mark + number(traffic["bytes_received"])]
+
+
+def merged_text(merged: Mapping[str, Any]) -> str:
+    """A MergedReport for people: the job's totals, one row per rank, the imbalance."""
+    context = merged["context"]
+    lines = [
+        f"Job: {context['world_size']} rank(s)" + (f", backend {context['backend']}" if context.get("backend") else ""),
+        f"  FLOPs (all ranks): {metric_text(merged['total'])}",
+    ]
+    communication = merged.get("communication")
+    if communication is not None:
+        calls, sent, received = _bytes_cell(communication)
+        lines.append(f"  Collectives (all ranks): {calls} call(s), {sent} bytes sent, {received} bytes received")
+    timed = merged.get("throughput")
+    if timed is not None:
+        rate = timed["flops_per_second"]
+        shown = rate["value"] if rate["status"] == "complete" else rate["known_value"]
+        mark = "" if rate["status"] == "complete" else ">= "
+        lines.append(f"  FLOP/s (job): {mark + number(shown) if shown is not None else 'unavailable'}")
+        mfu = timed["mfu"]
+        if mfu["status"] != "unavailable":
+            value = mfu["value"] if mfu["status"] == "complete" else mfu["known_value"]
+            lines.append(f"  MFU (job): {'' if mfu['status'] == 'complete' else '>= '}{value:.2%}")
+    header = ["Rank", "FLOPs", "Calls", "Bytes sent", "Bytes received"]
+    if timed is not None:
+        header.append("Seconds")
+    rows = [header]
+    for rank in merged["ranks"]:
+        row = [str(rank["rank"]), metric_text(rank["flops"]), *_bytes_cell(rank.get("communication"))]
+        if timed is not None:
+            row.append(number(rank["seconds"]))
+        rows.append(row)
+    lines += [f"  {line}" for line in table(rows, set(range(1, len(header))))]
+    imbalance = merged.get("flops_imbalance")
+    loaded = f"Most loaded: rank {merged['most_loaded_rank']}"
+    if imbalance is not None:
+        loaded += f" (FLOPs {imbalance:+.1%} over the mean)"
+    if merged.get("slowest_rank") is not None:
+        loaded += f"; slowest: rank {merged['slowest_rank']} (seconds {merged['seconds_imbalance']:+.1%} over the mean)"
+    lines.append(loaded)
+    lines += diagnostics_lines(merged.get("diagnostics", []))
+    return "\n".join(lines)
