@@ -122,6 +122,34 @@ def collectives(rank: int, world: int, out: Path) -> None:
         write(out, "merged.json", merged)
 
 
+def compiled(rank: int, world: int, out: Path) -> None:
+    """A compiled function whose graph holds a functional collective (what DTensor and
+    compiled DDP/FSDP programs run): priced at compile time, counted at each run."""
+    import torch.distributed._functional_collectives as functional
+
+    def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return functional.all_reduce(x @ w, "sum", dist.group.WORLD)
+
+    compiled_step = torch.compile(step)
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    compiled_step(x, w)  # compiles
+    write(out, f"rank{rank}.json", torchscan.measure_flops(lambda: compiled_step(x, w)))
+
+
+def tensor_parallel(rank: int, world: int, out: Path) -> None:
+    """A tensor-parallel MLP (DTensor): column-wise then row-wise sharded linears."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(4, 8)
+    model(x).sum().backward()
+    write(out, f"rank{rank}.json", torchscan.measure_flops(lambda: model(x).sum().backward()))
+
+
 def raises(rank: int) -> None:
     """Rank 1 fails before its all-reduce: rank 0's must time out, not hang."""
     if rank == 1:
@@ -139,6 +167,10 @@ def main() -> int:
             training(scenario, rank, out)
         elif scenario == "collectives":
             collectives(rank, world, out)
+        elif scenario == "compiled":
+            compiled(rank, world, out)
+        elif scenario == "tensor_parallel":
+            tensor_parallel(rank, world, out)
         elif scenario == "raises":
             raises(rank)
         else:

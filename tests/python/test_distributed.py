@@ -251,3 +251,26 @@ def test_a_rank_that_raises_does_not_hang_the_others(tmp_path):
     # Rank 1 raised; rank 0's all-reduce failed (its peer is gone) instead of waiting forever.
     assert codes[1] != 0 and "rank 1 fails on purpose" in logs[1]
     assert codes[0] != 0 and "RuntimeError" in logs[0]
+
+
+def test_a_compiled_graph_with_a_functional_collective(tmp_path):
+    # x @ w of 4x8 by 8x8: 2*4*8*8 FLOPs, priced when the graph compiled; the all-reduce of its
+    # 4x8 float32 result (128 bytes) over 2 ranks moves 2 (128 - 64) bytes each way, once per run.
+    for report in ranks("compiled", 2, tmp_path):
+        assert report["total"] == {**report["total"], "status": "complete", "value": 2 * 4 * 8 * 8}
+        comm = report["communication"]
+        assert comm["status"] == "complete"
+        assert comm["by_operator"] == {
+            "_c10d_functional.all_reduce": {"calls": 1, "bytes_sent": 128, "bytes_received": 128}
+        }
+
+
+def test_a_tensor_parallel_mlp(tmp_path):
+    # DTensor's row-wise linear sums its partial outputs: one all-reduce of the 4x8 float32
+    # output (128 bytes), 2 (128 - 64) bytes each way on 2 ranks. Its operators run on the
+    # local shards and are counted there: complete, with no diagnostic.
+    for report in ranks("tensor_parallel", 2, tmp_path):
+        assert report["total"]["status"] == "complete" and report["diagnostics"] == []
+        assert report["communication"]["by_operator"] == {
+            "_c10d_functional.all_reduce": {"calls": 1, "bytes_sent": 128, "bytes_received": 128}
+        }
