@@ -244,26 +244,31 @@ fn functional_reduce_scatter(args: &Args) -> Result<Traffic> {
     }))
 }
 
-/// The bytes of rank `r`'s slice along dim 0 of `t`, split by `splits` rows (empty: equally).
-fn own_slice(t: TensorMeta, splits: &[i64], g: Group) -> Result<u64> {
-    let total = bytes(t)?;
-    let rows = u64::try_from(*t.dims.first().ok_or(FormulaError::UnexpectedShape)?)
-        .map_err(|_| FormulaError::UnexpectedShape)?;
-    if rows == 0 {
-        return Ok(0);
-    }
-    let own_rows = if splits.is_empty() {
+/// Rank `r`'s rows of `rows` split by `splits` (empty: equally, which `n` must divide).
+fn own_rows(rows: u64, splits: &[i64], g: Group) -> Result<u64> {
+    if splits.is_empty() {
         if !rows.is_multiple_of(g.size as u64) {
             return Err(FormulaError::UnexpectedShape);
         }
-        rows / g.size as u64
-    } else {
-        if splits.len() != g.size as usize {
-            return Err(FormulaError::UnexpectedShape);
-        }
-        u64::try_from(splits[g.rank as usize]).map_err(|_| FormulaError::UnexpectedShape)?
-    };
-    mul(total / rows, own_rows)
+        return Ok(rows / g.size as u64);
+    }
+    if splits.len() != g.size as usize {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    u64::try_from(splits[g.rank as usize]).map_err(|_| FormulaError::UnexpectedShape)
+}
+
+/// `t`'s rows (dim 0) and the bytes of one row.
+fn rows_of(t: TensorMeta) -> Result<(u64, u64)> {
+    let rows = u64::try_from(*t.dims.first().ok_or(FormulaError::UnexpectedShape)?)
+        .map_err(|_| FormulaError::UnexpectedShape)?;
+    Ok((rows, if rows == 0 { 0 } else { bytes(t)? / rows }))
+}
+
+/// The bytes of rank `r`'s slice along dim 0 of `t`, split by `splits` rows (empty: equally).
+fn own_slice(t: TensorMeta, splits: &[i64], g: Group) -> Result<u64> {
+    let (rows, row_bytes) = rows_of(t)?;
+    mul(row_bytes, own_rows(rows, splits, g)?)
 }
 
 /// `c10d::alltoall_base_(Tensor output, Tensor input, ProcessGroup, int[] output_split_sizes,
@@ -287,30 +292,18 @@ fn functional_all_to_all(args: &Args) -> Result<Traffic> {
     let input = tensor_arg(args, 0)?;
     let out_splits = args.int_list(1).ok_or(FormulaError::MissingArgument(1))?;
     let in_splits = args.int_list(2).ok_or(FormulaError::MissingArgument(2))?;
-    let rows = *input.dims.first().ok_or(FormulaError::UnexpectedShape)?;
-    let row_bytes = if rows > 0 { bytes(input)? / rows as u64 } else { 0 };
-    let out_rows: u64 = if out_splits.is_empty() {
-        rows as u64
+    let (rows, row_bytes) = rows_of(input)?;
+    let out_rows = if out_splits.is_empty() {
+        rows
     } else {
         out_splits
             .iter()
             .try_fold(0u64, |acc, &s| acc.checked_add(u64::try_from(s).ok()?))
             .ok_or(FormulaError::UnexpectedShape)?
     };
-    let own_out = if out_splits.is_empty() {
-        if !out_rows.is_multiple_of(g.size as u64) {
-            return Err(FormulaError::UnexpectedShape);
-        }
-        out_rows / g.size as u64
-    } else {
-        if out_splits.len() != g.size as usize {
-            return Err(FormulaError::UnexpectedShape);
-        }
-        out_splits[g.rank as usize] as u64
-    };
     Ok(Traffic {
         sent: minus(bytes(input)?, own_slice(input, in_splits, g)?)?,
-        received: mul(minus(out_rows, own_out)?, row_bytes)?,
+        received: mul(minus(out_rows, own_rows(out_rows, out_splits, g)?)?, row_bytes)?,
     })
 }
 
