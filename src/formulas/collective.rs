@@ -262,7 +262,7 @@ fn own_rows(rows: u64, splits: &[i64], g: Group) -> Result<u64> {
 fn rows_of(t: TensorMeta) -> Result<(u64, u64)> {
     let rows = u64::try_from(*t.dims.first().ok_or(FormulaError::UnexpectedShape)?)
         .map_err(|_| FormulaError::UnexpectedShape)?;
-    Ok((rows, if rows == 0 { 0 } else { bytes(t)? / rows }))
+    Ok((rows, bytes(t)?.checked_div(rows).unwrap_or(0)))
 }
 
 /// The bytes of rank `r`'s slice along dim 0 of `t`, split by `splits` rows (empty: equally).
