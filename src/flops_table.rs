@@ -261,6 +261,17 @@ pub fn format_flops(report: &FlopReport, by: By, max_depth: Option<usize>, max_w
     if !phases.is_empty() {
         lines.push(format!("Phases: {}", phases.join(", ")));
     }
+    if let Some(c) = &report.communication {
+        let bound = if c.status == Status::Complete { "" } else { "at least " };
+        lines.push(format!(
+            "Collectives ({} convention, this rank): {} call(s), {bound}{} bytes sent, {bound}{} received ({})",
+            c.convention,
+            thousands(c.calls),
+            thousands(c.bytes_sent),
+            thousands(c.bytes_received),
+            status_name(c.status)
+        ));
+    }
     if report.total.status != Status::Complete {
         lines.push(format!(
             "Not complete: {} diagnostic(s) in the report say what was not counted",
@@ -385,6 +396,29 @@ Phases: forward 848 (42.9%), backward 1,128 (57.1%)";
         assert!(text.contains("(outsid[...]      8   0.4%"), "{text}");
         let table = text.lines().filter(|l| !l.starts_with("Total") && !l.starts_with("Phases"));
         assert!(table.clone().all(|l| l.chars().count() <= 36), "{text}");
+    }
+
+    #[test]
+    fn a_report_with_collectives_says_what_they_moved() {
+        let mut r = complete();
+        r.communication = Some(crate::report::Communication {
+            status: Status::Partial,
+            convention: "ring".into(),
+            calls: 3,
+            bytes_sent: 17_792,
+            bytes_received: 8_896,
+            by_operator: Default::default(),
+            by_phase: Default::default(),
+            by_module: Default::default(),
+        });
+        let text = format_flops(&r, By::Operator, None, None).unwrap();
+        assert!(
+            text.ends_with(
+                "Collectives (ring convention, this rank): 3 call(s), at least 17,792 bytes sent, at least 8,896 received (partial)"
+            ),
+            "{text}"
+        );
+        assert!(!format_flops(&complete(), By::Operator, None, None).unwrap().contains("Collectives"));
     }
 
     #[test]
