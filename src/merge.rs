@@ -146,16 +146,25 @@ fn identify(reports: &[FlopReport]) -> Result<(Vec<u32>, u32, Option<String>)> {
             other.world_size
         )));
     }
-    let mut seen = vec![false; world_size as usize];
+    if let Some(bad) = places.iter().find(|p| p.rank >= p.world_size) {
+        return Err(Error::BadArgument(format!(
+            "a report names rank {} of a job of {} rank(s): not a report torchscan wrote",
+            bad.rank, bad.world_size
+        )));
+    }
+    let mut present = std::collections::BTreeSet::new();
     for p in &places {
-        if std::mem::replace(&mut seen[p.rank as usize], true) {
+        if !present.insert(p.rank) {
             return Err(Error::BadArgument(format!("rank {} has more than one report", p.rank)));
         }
     }
-    let missing: Vec<String> = seen.iter().enumerate().filter(|(_, s)| !**s).map(|(r, _)| r.to_string()).collect();
-    if !missing.is_empty() {
+    if present.len() != world_size as usize {
+        // The first missing ranks lie within the first `present.len() + 8` numbers.
+        let missing: Vec<String> =
+            (0..world_size).filter(|r| !present.contains(r)).take(8).map(|r| r.to_string()).collect();
+        let more = if world_size as usize - present.len() > missing.len() { ", ..." } else { "" };
         return Err(Error::BadArgument(format!(
-            "the job has {world_size} ranks but rank(s) {} have no report",
+            "the job has {world_size} ranks but rank(s) {}{more} have no report",
             missing.join(", ")
         )));
     }
@@ -407,6 +416,11 @@ mod tests {
         assert!(error(vec![ok(0, 2), ok(1, 4)]).contains("different world sizes"));
         assert!(error(vec![ok(0, 2), rank(None, "complete", Some(1), Some(1), 0)]).contains("reports 1 have no"));
         assert!(error(vec![]).contains("at least one report"));
+        // Hand-edited places: a rank past the world, a world of 0 or of 2^32 - 1 ranks.
+        assert!(error(vec![ok(2, 2)]).contains("rank 2 of a job of 2 rank(s)"));
+        assert!(error(vec![ok(0, 0)]).contains("rank 0 of a job of 0 rank(s)"));
+        let huge = error(vec![ok(0, u32::MAX)]);
+        assert!(huge.contains("rank(s) 1, 2, 3, 4, 5, 6, 7, 8, ... have no report"), "{huge}");
         let bad = merge_json(r#"{"reports": [{"layers": []}]}"#).unwrap_err().to_string();
         assert!(bad.contains("AnalysisReport"), "{bad}");
         let bad = merge_json(r#"{"reports": [{"schema_version": 2}]}"#).unwrap_err().to_string();
