@@ -243,15 +243,18 @@ def _config(modules: object, custom_mapping: object, threads: object) -> _Config
 
 
 class _NativeConfigs:
-    """The native configuration of the common calls (no custom formulas), serialized once."""
+    """The native configuration of the common calls (no custom formulas), serialized once per
+    threads, modules and place in a distributed job."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str], str] = {}
+        self._cache: dict[tuple[str, str, tuple[Any, ...] | None], str] = {}
 
     def get(self, native: dict[str, Any]) -> str | None:
-        if native["custom_operators"] or "distributed" in native:
+        if native["custom_operators"]:
             return None
-        key = (native["threads"], native["modules"])
+        place = native.get("distributed")
+        where = None if place is None else (place["rank"], place["world_size"], place["backend"])
+        key = (native["threads"], native["modules"], where)
         text = self._cache.get(key)
         if text is None:
             text = self._cache[key] = json.dumps(native)
