@@ -120,3 +120,21 @@ def test_outside_a_job_reports_have_no_distributed_context():
     assert "distributed" not in report["context"]
     assert "communication" not in report
     assert torchscan.distributed.process_context() is None
+
+
+def test_the_command_merges_ranks_that_timed_nothing(job, tmp_path):
+    # Each rank's Throughput ran no step: 0 seconds, so a slowest rank (the first) but no
+    # imbalance of seconds; the text says so instead of failing on the missing number.
+    idle = torchscan.Throughput().report()
+    files, timed = [], []
+    for report in job:
+        rank = report["context"]["distributed"]["rank"]
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(report))
+        (tmp_path / f"t{rank}.json").write_text(json.dumps(idle))
+        files.append(f"rank{rank}.json")
+        timed.append(f"t{rank}.json")
+    result = merge_cli(*files, "--throughput", *timed, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "slowest: rank 0\n" in result.stdout
+    merged = torchscan.merge_reports(job, [idle] * 3)
+    assert (merged["slowest_rank"], merged["seconds_imbalance"]) == (0, None)

@@ -383,7 +383,10 @@ def merged_text(merged: Mapping[str, Any]) -> str:
     if imbalance is not None:
         loaded += f" (FLOPs {imbalance:+.1%} over the mean)"
     if merged.get("slowest_rank") is not None:
-        loaded += f"; slowest: rank {merged['slowest_rank']} (seconds {merged['seconds_imbalance']:+.1%} over the mean)"
+        loaded += f"; slowest: rank {merged['slowest_rank']}"
+        # No imbalance when no rank timed anything (every ThroughputReport has 0 seconds).
+        if merged.get("seconds_imbalance") is not None:
+            loaded += f" (seconds {merged['seconds_imbalance']:+.1%} over the mean)"
     lines.append(loaded)
     lines += diagnostics_lines(merged.get("diagnostics", []))
     return "\n".join(lines)
