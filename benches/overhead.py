@@ -22,14 +22,17 @@ Workloads:
 
 `--breakdown` also splits resnet18's overhead into its parts: a native session alone (operator
 observation and the session's fixed cost), no-op global module hooks (PyTorch's hooked
-module-call path, which any module hook pays), and measure_flops labelling no module
-(`modules=[]`: the hooks run, every module is passed over natively).
+module-call path, which any module hook pays), measure_flops labelling no module (`modules=[]`:
+the frames are read, no module is named) and measure_flops labelling by module hooks
+(`TORCHSCAN_MODULE_LABELS=hooks`, the way labels were read before labelling by frames; also a
+mobilenet_v3_small row).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -81,6 +84,14 @@ def hooks_without_labels(work: Callable[[], object]) -> None:
     torchscan.measure_flops(work, modules=[])
 
 
+def labels_by_hooks(work: Callable[[], object]) -> None:
+    os.environ["TORCHSCAN_MODULE_LABELS"] = "hooks"
+    try:
+        torchscan.measure_flops(work)
+    finally:
+        del os.environ["TORCHSCAN_MODULE_LABELS"]
+
+
 def peak_memory(work: Callable[[], object]) -> None:
     measure_peak_memory(work, device="cpu")
 
@@ -104,7 +115,7 @@ def mobile_crawl(work: Callable[[], object]) -> None:
     torchscan.crawl_module(MOBILE_MODEL, args=(CRAWL_INPUT,))
 
 
-MOBILE = {**VARIANTS, "crawl_module": mobile_crawl}
+MOBILE = {**VARIANTS, "crawl_module": mobile_crawl, "measure_flops, labels by hooks": labels_by_hooks}
 
 
 def counted_step(work: Callable[[], object]) -> None:
@@ -132,6 +143,7 @@ BREAKDOWN = {
     "session only": session_only,
     "no-op module hooks": noop_hooks,
     "measure_flops, no labels": hooks_without_labels,
+    "measure_flops, labels by hooks": labels_by_hooks,
     "measure_flops": native,
 }
 
@@ -245,6 +257,7 @@ def main() -> None:
             "measure_flops_over_bare": mobile_ratio["measure_flops"],
             "flop_counter_mode_over_bare": mobile_ratio["FlopCounterMode"],
             "crawl_module_over_bare": mobile_ratio["crawl_module"],
+            "measure_flops_labels_by_hooks_over_bare": mobile_ratio["measure_flops, labels by hooks"],
         },
         "training_step": {"steps": STEPS, "seconds": steps, "count_flops_added_us_per_step": step_added_us},
         "peak_memory_training_step": {
@@ -268,7 +281,7 @@ def main() -> None:
         print(f"  {name:20s} {t * 1e3:9.2f} ms  ({crawl_ratio[name]:.3f}x bare, paired)")
     print(f"mobilenet_v3_small forward (batch 1, 224x224, no_grad, median of {options.rounds}):")
     for name, t in mobile.items():
-        print(f"  {name:16s} {t * 1e3:9.2f} ms  ({mobile_ratio[name]:.3f}x bare, paired)")
+        print(f"  {name:30s} {t * 1e3:9.2f} ms  ({mobile_ratio[name]:.3f}x bare, paired)")
     print(f"tiny training step (Linear(64, 64) forward + backward), {STEPS} steps, median of {options.rounds}:")
     bare_step_us = steps["bare"] / STEPS * 1e6
     print(f"  bare {bare_step_us:.1f} us/step; count_flops around each step adds {step_added_us:.1f} us/step")
@@ -277,7 +290,7 @@ def main() -> None:
         result["resnet18_breakdown"] = parts
         print(f"resnet18 overhead breakdown (paired ratios to bare, {options.rounds} rounds):")
         for name, ratio in parts.items():
-            print(f"  {name:20s} {ratio:.3f}x")
+            print(f"  {name:30s} {ratio:.3f}x")
     if options.json:
         with open(options.json, "w") as handle:
             json.dump(result, handle, indent=2)

@@ -197,20 +197,38 @@ int module_names(int64_t session, const int64_t* modules, size_t count, const ch
   }
 }
 
+// Labels `session`'s work by the module calls the hooks extension's frame walker shows open on
+// the thread `owner` names (src/host_frames.rs); 1 when it does, 0 when it cannot, -1 when the
+// session is not open.
+int module_label_by_frames(int64_t session, uint64_t owner) noexcept {
+  try {
+    return ffi::label_by_frames(session, owner) ? 1 : 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// The hooks extension's frame walker and namer (plain C functions; see src/host_frames.rs).
+void module_register_frames(void* walk, void* name) noexcept {
+  ffi::register_host_frames(reinterpret_cast<size_t>(walk), reinterpret_cast<size_t>(name));
+}
+
 // The version of the table below; _hooks.c refuses a table of another version.
-constexpr int64_t kModuleHooksAbi = 2;
+constexpr int64_t kModuleHooksAbi = 3;
 
 template <class F>
 int64_t address(F* f) {
   return static_cast<int64_t>(reinterpret_cast<intptr_t>(f));
 }
 
-// [ABI version, module_enter, module_enter_in, module_exit, module_names]: how the hooks
+// [ABI version, module_enter, module_enter_in, module_exit, module_names,
+// module_label_by_frames, module_register_frames]: how the hooks
 // extension, a separate Python module, finds the entry points of this library (whose symbols are
 // not exported).
 std::vector<int64_t> module_hooks() {
-  return {kModuleHooksAbi, address(&module_enter), address(&module_enter_in), address(&module_exit),
-          address(&module_names)};
+  return {
+      kModuleHooksAbi,        address(&module_enter),           address(&module_enter_in),       address(&module_exit),
+      address(&module_names), address(&module_label_by_frames), address(&module_register_frames)};
 }
 
 int64_t enter_modules(int64_t session, c10::ArrayRef<int64_t> modules) {

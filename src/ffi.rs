@@ -9,6 +9,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::args;
+use crate::host_frames;
 use crate::memory::MemoryTracker;
 use crate::registry;
 use crate::session::{self, Config, Decision, OpCall, OpDescription, Origin, Phase};
@@ -136,6 +137,13 @@ mod bridge {
         fn enter_modules(handle: i64, modules: &[i64]) -> Result<usize>;
         fn exit_modules(handle: i64, count: usize) -> Result<()>;
         fn open_module_calls(handle: i64) -> Result<usize>;
+        /// The session labels its work by the module calls the host's frames show open on the
+        /// thread `owner` names, instead of module hooks; whether it does (a host registered
+        /// its frame walker).
+        fn label_by_frames(handle: i64, owner: u64) -> Result<bool>;
+        /// The host's frame walker and namer (addresses of `host_frames::WalkFn` and
+        /// `host_frames::NameFn`; 0 removes them).
+        fn register_host_frames(walk: usize, name: usize);
         fn live_sessions() -> usize;
         /// How the formula registry treats an operator (qualified name, `aten::mm`).
         fn classify_operator(name: &str) -> OperatorClass;
@@ -340,6 +348,14 @@ fn exit_modules(handle: i64, count: usize) -> Result<(), String> {
 
 fn open_module_calls(handle: i64) -> Result<usize, String> {
     guarded(|| registry::open_module_calls(handle))
+}
+
+fn label_by_frames(handle: i64, owner: u64) -> Result<bool, String> {
+    guarded(|| registry::label_by_frames(handle, owner))
+}
+
+fn register_host_frames(walk: usize, name: usize) {
+    host_frames::register(walk, name);
 }
 
 fn classify_operator(name: &str) -> OperatorClass {

@@ -15,6 +15,7 @@ pub mod compare;
 pub mod error;
 pub mod flops_table;
 pub mod formulas;
+pub mod host_frames;
 pub mod memory;
 pub mod merge;
 pub mod modules;

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
+use crate::host_frames;
 use crate::report::FlopReport;
 use crate::session::{Config, CustomResult, Decision, Entered, OpCall, OpEvent, Receipt, Session};
 
@@ -274,16 +275,61 @@ pub fn open_module_calls(handle: i64) -> Result<usize> {
 /// `receipt` receives what it counted at once (see [`Receipt`]).
 pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent, receipt: &mut Receipt) -> Decision {
     let Some(cell) = SLOTS.get(slot) else { return Decision::DESCEND };
+    // A session labelling by frames may first need the host to name modules (rare: the first
+    // operator in a module nobody named), which it does with the slot unlocked (naming calls back
+    // into `name_modules`); then the event is looked at again. The last round passes over
+    // whatever is still unnamed, so that the loop ends whatever the host does.
+    for round in 0..3 {
+        let unnamed = {
+            let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = &mut *guard;
+            match (&mut slot.state, slot.generation == generation) {
+                (Some(State::Open(session)), true) => {
+                    let decision = session.on_op_start(call, event);
+                    if decision != Decision::NAME {
+                        *receipt = session.take_receipt();
+                        return decision;
+                    }
+                    session.take_unnamed()
+                }
+                _ => return Decision::SKIP,
+            }
+        };
+        let handle = Handle { slot, generation }.pack();
+        let passed: Vec<u64> = unnamed
+            .into_iter()
+            .filter(|&(module, inside)| round == 2 || !host_frames::name_unnamed(handle, module, inside))
+            .map(|(module, _)| module)
+            .collect();
+        if with_open(handle, |session| session.named(&passed)).is_err() {
+            return Decision::SKIP;
+        }
+    }
     let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
     let slot = &mut *guard;
     match (&mut slot.state, slot.generation == generation) {
         (Some(State::Open(session)), true) => {
             let decision = session.on_op_start(call, event);
             *receipt = session.take_receipt();
-            decision
+            if decision == Decision::NAME {
+                Decision::DESCEND
+            } else {
+                decision
+            }
         }
         _ => Decision::SKIP,
     }
+}
+
+/// The session labels its work by the module calls the host's frames show open on the thread
+/// `owner` names (see `Session::label_by_frames`), and no longer by this thread's module hooks.
+/// Whether it does (false: no host registered its frame walker).
+pub fn label_by_frames(handle: i64, owner: u64) -> Result<bool> {
+    let by_frames = with_open(handle, |session| session.label_by_frames(owner))?;
+    if by_frames {
+        stop_labelling(handle);
+    }
+    Ok(by_frames)
 }
 
 /// A call counted at its start raised: its count is taken back.

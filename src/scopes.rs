@@ -34,6 +34,9 @@ pub struct ScopeTree {
     nodes: Vec<Node>,
     children: HashMap<(u32, u32), u32>,
     stack: Vec<u32>,
+    /// The node under the stack: the root, or the module calls a host's frames show open
+    /// (`session/modules.rs`, labelling by frames).
+    base: u32,
     /// (autograd sequence number, node) of forward calls made inside a module, ascending.
     sequences: Vec<(i64, u32)>,
 }
@@ -55,13 +58,19 @@ impl ScopeTree {
             nodes: vec![Node { label: u32::MAX, parent: ROOT, flops: 0, overflowed: false, incomplete: false }],
             children: HashMap::new(),
             stack: Vec::new(),
+            base: ROOT,
             sequences: Vec::new(),
         }
     }
 
     /// The node events are attributed to now.
     pub fn current(&self) -> u32 {
-        self.stack.last().copied().unwrap_or(ROOT)
+        self.stack.last().copied().unwrap_or(self.base)
+    }
+
+    /// The node the stack stands on ([`Self::current`] when nothing is pushed).
+    pub fn set_base(&mut self, node: u32) {
+        self.base = node;
     }
 
     pub fn push(&mut self, label: &str) {
@@ -139,6 +148,11 @@ impl ScopeTree {
     /// The label of `node`; `None` for the root (work done in no module call).
     pub fn label_of(&self, node: u32) -> Option<&str> {
         self.label_id_of(node).and_then(|label| self.labels.get(label as usize)).map(String::as_str)
+    }
+
+    /// The node `node` was created under (the root's is the root).
+    pub fn parent_of(&self, node: u32) -> u32 {
+        self.nodes.get(node as usize).map_or(ROOT, |n| n.parent)
     }
 
     /// The interned label of `node`; `None` for the root.

@@ -16,8 +16,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Labelling by frames reads CPython's interpreter frames, whose layout is private to each
+ * minor version: built for the version it was tested on; other versions label by hooks. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define TORCHSCAN_FRAMES 1
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE 1
+#endif
+#include "internal/pycore_frame.h"
+#else
+#define TORCHSCAN_FRAMES 0
+#endif
+
 /* Must equal kModuleHooksAbi in cpp/ops.cpp. */
-#define MODULE_HOOKS_ABI 2
+#define MODULE_HOOKS_ABI 3
 /* The most sessions one process holds (src/registry.rs MAX_SESSIONS). */
 #define MAX_SESSIONS 64
 
@@ -25,11 +37,16 @@ typedef size_t (*EnterFn)(uint64_t module, int64_t* unnamed, size_t capacity);
 typedef int (*EnterInFn)(int64_t session, uint64_t module);
 typedef void (*ExitFn)(uint64_t module);
 typedef int (*NameFn)(int64_t session, const int64_t* modules, size_t count, const char* labels, size_t length);
+typedef int (*LabelByFramesFn)(int64_t session, uint64_t owner);
+typedef size_t (*WalkFn)(uint64_t owner, uint64_t* out, size_t capacity);
+typedef int (*NameUnnamedFn)(int64_t session, uint64_t module, int inside);
+typedef void (*RegisterFramesFn)(void* walk, void* name);
 
 static EnterFn enter_fn = NULL;
 static EnterInFn enter_in_fn = NULL;
 static ExitFn exit_fn = NULL;
 static NameFn name_fn = NULL;
+static LabelByFramesFn label_by_frames_fn = NULL;
 /* torch.nn.Module: what a compiled wrapper's `_orig_mod` must be to be followed. */
 static PyObject* module_type = NULL;
 /* name_unnamed(session, module) -> bool: names `module` (and its submodules) for the session;
@@ -74,6 +91,116 @@ static PyObject* post(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   }
   if (exit_fn != NULL) exit_fn((uint64_t)(uintptr_t)args[0]);
   Py_RETURN_NONE;
+}
+
+/* ---- labelling by frames (src/host_frames.rs) ---- */
+
+/* nn.Module._call_impl's code: each frame running it is a module call (`self`, its first
+ * local, is the module; a cell, as its closures capture it). */
+static PyObject* call_impl_code = NULL;
+
+#if TORCHSCAN_FRAMES
+/* The module calls open on `tstate`, innermost first, in out[0..capacity]; how many there are. */
+static size_t open_calls(PyThreadState* tstate, uint64_t* out, size_t capacity) {
+  if (tstate == NULL || tstate->cframe == NULL || call_impl_code == NULL) return 0;
+  size_t count = 0;
+  for (_PyInterpreterFrame* frame = tstate->cframe->current_frame; frame != NULL; frame = frame->previous) {
+    if ((PyObject*)frame->f_code != call_impl_code || _PyFrame_IsIncomplete(frame)) continue;
+    PyObject* module = frame->localsplus[0];
+    if (module != NULL && Py_IS_TYPE(module, &PyCell_Type)) module = PyCell_GET(module);
+    if (module == NULL) continue;
+    if (count < capacity) out[count] = (uint64_t)(uintptr_t)module;
+    count++;
+  }
+  return count;
+}
+
+/* The walker (WalkFn): called by the core on the operator's thread, which usually released the
+ * GIL. It reads only its own thread's frames, which cannot change while it runs this code: no
+ * reference is taken and no Python object touched but for reading pointers. */
+static size_t walk_frames(uint64_t owner, uint64_t* out, size_t capacity) {
+  PyThreadState* tstate = PyGILState_GetThisThreadState();
+  if (tstate == NULL || (uint64_t)(uintptr_t)tstate != owner) return 0;
+  return open_calls(tstate, out, capacity);
+}
+
+/* The namer (NameUnnamedFn): takes the GIL (the thread released it to run the operator) and asks
+ * Python's name_unnamed; an error there is reported as unraisable and the module passed over. */
+static int name_from_frames(int64_t session, uint64_t module, int inside) {
+  if (!Py_IsInitialized() || _Py_IsFinalizing() || name_unnamed == NULL) return 0;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  int named = 0;
+  PyObject* handle = PyLong_FromLongLong(session);
+  PyObject* result = NULL;
+  if (handle != NULL) {
+    result = PyObject_CallFunctionObjArgs(name_unnamed, handle, (PyObject*)(uintptr_t)module,
+                                          inside ? Py_True : Py_False, NULL);
+    Py_DECREF(handle);
+  }
+  if (result != NULL) {
+    named = PyObject_IsTrue(result) == 1;
+    Py_DECREF(result);
+  }
+  if (PyErr_Occurred()) {
+    /* Nothing can raise through the operator: an interrupt is raised again at the workload's
+     * next line (as the signal would have been), anything else is reported. */
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+      PyErr_Clear();
+      PyErr_SetInterrupt();
+    } else {
+      PyErr_WriteUnraisable(name_unnamed);
+    }
+  }
+  PyErr_Restore(type, value, traceback);
+  PyGILState_Release(gil);
+  return named;
+}
+#endif
+
+/* frames_supported() -> bool: whether this build labels by frames. */
+static PyObject* frames_supported(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  return PyBool_FromLong(TORCHSCAN_FRAMES && label_by_frames_fn != NULL && call_impl_code != NULL);
+}
+
+/* open_modules() -> [id]: the module calls open on this thread, innermost first. */
+static PyObject* open_modules(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  PyObject* ids = PyList_New(0);
+#if TORCHSCAN_FRAMES
+  if (ids == NULL) return NULL;
+  uint64_t found[256];
+  size_t count = open_calls(PyThreadState_Get(), found, 256);
+  for (size_t i = 0; i < count && i < 256; i++) {
+    PyObject* id = PyLong_FromUnsignedLongLong(found[i]);
+    if (id == NULL || PyList_Append(ids, id) < 0) {
+      Py_XDECREF(id);
+      Py_DECREF(ids);
+      return NULL;
+    }
+    Py_DECREF(id);
+  }
+#endif
+  return ids;
+}
+
+/* label_by_frames(session) -> bool: the session labels this thread's work by its frames from now
+ * on (no module hooks); False when it cannot. */
+static PyObject* label_by_frames(PyObject* self, PyObject* arg) {
+  (void)self;
+  long long session = PyLong_AsLongLong(arg);
+  if (session == -1 && PyErr_Occurred()) return NULL;
+  if (!TORCHSCAN_FRAMES || label_by_frames_fn == NULL) Py_RETURN_FALSE;
+  int result = label_by_frames_fn(session, (uint64_t)(uintptr_t)PyThreadState_Get());
+  if (result < 0) {
+    PyErr_Format(PyExc_RuntimeError, "torchscan: session %lld is not open", session);
+    return NULL;
+  }
+  return PyBool_FromLong(result);
 }
 
 /* ---- naming a module tree (once per measurement and root) ---- */
@@ -249,21 +376,24 @@ static PyObject* name_root(PyObject* self, PyObject* args) {
   return names.named;
 }
 
-/* bind(table, name_unnamed, module_type): table is torch.ops.torchscan.module_hooks(). */
+/* bind(table, name_unnamed, module_type, escape_name, call_impl_code): table is
+ * torch.ops.torchscan.module_hooks(). */
 static PyObject* bind(PyObject* self, PyObject* args) {
   (void)self;
   PyObject* table;
   PyObject* callback;
   PyObject* base;
   PyObject* escape;
-  if (!PyArg_ParseTuple(args, "O!OO!O:bind", &PyList_Type, &table, &callback, &PyType_Type, &base, &escape))
+  PyObject* code;
+  if (!PyArg_ParseTuple(args, "O!OO!OO!:bind", &PyList_Type, &table, &callback, &PyType_Type, &base, &escape,
+                        &PyCode_Type, &code))
     return NULL;
   if (!PyCallable_Check(callback) || !PyCallable_Check(escape)) {
     PyErr_SetString(PyExc_TypeError, "bind: name_unnamed and escape_name must be callable");
     return NULL;
   }
-  if (PyList_GET_SIZE(table) != 5) {
-    PyErr_Format(PyExc_ImportError, "torchscan's module hooks: the native table has %zd entries, expected 5",
+  if (PyList_GET_SIZE(table) != 7) {
+    PyErr_Format(PyExc_ImportError, "torchscan's module hooks: the native table has %zd entries, expected 7",
                  PyList_GET_SIZE(table));
     return NULL;
   }
@@ -280,8 +410,11 @@ static PyObject* bind(PyObject* self, PyObject* args) {
   void* enter_in = PyLong_AsVoidPtr(PyList_GET_ITEM(table, 2));
   void* exit = PyLong_AsVoidPtr(PyList_GET_ITEM(table, 3));
   void* name = PyLong_AsVoidPtr(PyList_GET_ITEM(table, 4));
+  void* by_frames = PyLong_AsVoidPtr(PyList_GET_ITEM(table, 5));
+  void* register_frames = PyLong_AsVoidPtr(PyList_GET_ITEM(table, 6));
   if (PyErr_Occurred()) return NULL;
-  if (enter == NULL || enter_in == NULL || exit == NULL || name == NULL) {
+  if (enter == NULL || enter_in == NULL || exit == NULL || name == NULL || by_frames == NULL ||
+      register_frames == NULL) {
     PyErr_SetString(PyExc_ImportError, "torchscan's module hooks: the native table has a null entry");
     return NULL;
   }
@@ -295,6 +428,14 @@ static PyObject* bind(PyObject* self, PyObject* args) {
   enter_in_fn = (EnterInFn)enter_in;
   exit_fn = (ExitFn)exit;
   name_fn = (NameFn)name;
+  Py_INCREF(code);
+  Py_XSETREF(call_impl_code, code);
+  label_by_frames_fn = (LabelByFramesFn)by_frames;
+#if TORCHSCAN_FRAMES
+  ((RegisterFramesFn)register_frames)((void*)walk_frames, (void*)name_from_frames);
+#else
+  (void)register_frames;
+#endif
   Py_RETURN_NONE;
 }
 
@@ -304,7 +445,14 @@ static PyMethodDef methods[] = {
     {"name_tree", name_root, METH_VARARGS,
      "name_tree(session, root, label) -> {id: module}: names a module tree in the session."},
     {"bind", bind, METH_VARARGS,
-     "bind(table, name_unnamed, module_type, escape_name): binds the hooks to the native library."},
+     "bind(table, name_unnamed, module_type, escape_name, call_impl_code): binds the hooks to the native "
+     "library."},
+    {"frames_supported", frames_supported, METH_NOARGS,
+     "frames_supported() -> bool: whether this build labels module calls by frames."},
+    {"open_modules", open_modules, METH_NOARGS,
+     "open_modules() -> [id]: the module calls open on this thread, innermost first."},
+    {"label_by_frames", label_by_frames, METH_O,
+     "label_by_frames(session) -> bool: the session labels this thread's work by its frames."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
 # Type stub for the C extension python/torchscan/_hooks.c (the module hooks' native fast path).
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from torch import nn
@@ -9,8 +10,12 @@ def post(module: nn.Module, /, *rest: Any) -> None: ...
 def name_tree(session: int, root: nn.Module, label: str, /) -> dict[int, nn.Module]: ...
 def bind(
     table: list[int],
-    name_unnamed: Callable[[int, nn.Module], bool],
+    name_unnamed: Callable[..., bool],
     module_type: type[nn.Module],
     escape_name: Callable[[str], str],
+    call_impl_code: CodeType,
     /,
 ) -> None: ...
+def frames_supported() -> bool: ...
+def open_modules() -> list[int]: ...
+def label_by_frames(session: int, /) -> bool: ...

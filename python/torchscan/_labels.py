@@ -9,6 +9,14 @@ at its end (``_hooks.c``): the session finds the label by identity and pushes or
 sessions labelling a thread's module calls are kept natively per thread, so calls on other
 threads cost a lookup that finds nothing.
 
+Labelling by frames (the default where the build supports it: CPython 3.11): instead of module
+hooks, the native session reads, at each forward operator, which module calls are open on its
+thread from the interpreter's frames (each frame running ``nn.Module._call_impl`` is one; the
+walk is in ``_hooks.c``, ``src/host_frames.rs``). Module calls then cost nothing at all, and no
+global hook changes how PyTorch or Dynamo runs a module. A module call that dispatches no operator
+(an ``nn.Identity``) leaves no trace in the frames an operator sees: hooks list it in
+``by_module`` with 0 FLOPs, frames do not. ``TORCHSCAN_MODULE_LABELS=hooks`` selects hooks.
+
 Compiled code: a ``torch.compile`` wrapper takes the label of the module it wraps (eager and
 compiled models are labelled alike). The global hooks are two module-level functions shared by
 every session, which return at once while Dynamo traces them: no graph break, no guard on a
@@ -18,6 +26,7 @@ carry (``_compiled.py``, ``src/session/priced.rs``), with the same names.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -47,6 +56,7 @@ __all__ = [
     "labelling",
     "name_compiled_frame",
     "register",
+    "start_labels",
 ]
 
 
@@ -93,14 +103,15 @@ class ModuleLabels:
         entries skipped); a module reached twice keeps the name it was given last."""
         self._named.update(_hooks.name_tree(self._handle, root, _root_name(root)))
 
-    def name_unnamed(self, module: nn.Module) -> bool:
+    def name_unnamed(self, module: nn.Module, inside: bool | None = None) -> bool:
         """The first call of a module this session has not named (it labels every module): named
         as a root (the native hook then enters its call). A graph module called inside a labelled
-        call, or inside a priced compiled graph's run, is built by a compiler or a control-flow
-        operator (AOTAutograd's forward and backward, torch.cond's branches): not one of the
-        user's modules, it is passed over (False)."""
+        call (`inside`; by default, whether the session has a call open), or inside a priced
+        compiled graph's run, is built by a compiler or a control-flow operator (AOTAutograd's
+        forward and backward, torch.cond's branches): not one of the user's modules, it is
+        passed over (False)."""
         if isinstance(module, torch.fx.GraphModule) and (
-            ops.open_module_calls(self._handle) or getattr(compiled_runs, "depth", 0)
+            (ops.open_module_calls(self._handle) if inside is None else inside) or getattr(compiled_runs, "depth", 0)
         ):
             return False
         self.name_root(module)
@@ -132,23 +143,50 @@ class ModuleLabels:
 # and the hooks change together, in one native step (`_hooks_group`, below), so that an
 # interrupt cannot leave one without the other.
 _labellers: tuple[ModuleLabels, ...] = ()
+# The open labellers that label by frames (no hooks; a tuple replaced whole, in `_frames_group`).
+_frame_labellers: tuple[ModuleLabels, ...] = ()
 
 
 def labelling() -> bool:
     """Whether any session labels module calls now."""
-    return bool(_labellers)
+    return bool(_labellers or _frame_labellers)
 
 
-def _name_unnamed(handle: int, module: nn.Module) -> bool:
-    """Called by the native pre-hook for a session that has not named `module`: whether it is
-    named now (the hook then enters its call)."""
-    for labels in _labellers:
+def _all_labellers() -> tuple[ModuleLabels, ...]:
+    return _labellers + _frame_labellers if _frame_labellers else _labellers
+
+
+def _name_unnamed(handle: int, module: nn.Module, inside: bool | None = None) -> bool:
+    """Called natively for a session that has not named `module` (the pre-hook at its call, or
+    the first operator of its call when labelling by frames): whether it is named now."""
+    for labels in _all_labellers():
         if labels.handle == handle:
-            return labels.name_unnamed(module)
+            return labels.name_unnamed(module, inside)
     return False
 
 
-_hooks.bind(ops.module_hooks(), _name_unnamed, nn.Module, escape_name)
+_hooks.bind(ops.module_hooks(), _name_unnamed, nn.Module, escape_name, nn.Module._call_impl.__code__)
+
+
+def _frames_wanted() -> bool:
+    choice = os.environ.get("TORCHSCAN_MODULE_LABELS", "")
+    if choice not in ("", "frames", "hooks"):
+        raise ValueError(f"TORCHSCAN_MODULE_LABELS must be 'frames' or 'hooks', got {choice!r}")
+    return choice != "hooks" and _hooks.frames_supported()
+
+
+def start_labels(handle: int, roots: list[nn.Module] | None) -> Guard:
+    """Labels the module calls of session `handle` (opened on this thread) from now on, until the
+    guard is released: by frames where the build can and no call of a module it labels is open
+    already (the frames would show a call the hooks never saw start); by hooks otherwise."""
+    labels = ModuleLabels(handle, roots)
+    if _frames_wanted():
+        open_now = _hooks.open_modules()
+        if not any(module in labels._named or roots is None for module in open_now) and _hooks.label_by_frames(handle):
+            return Guard(_frames_group.add, _frames_group.remove, "_frame_labellers", labels)
+    return register("_labellers", labels)
+
+
 _native_pre = _hooks.pre
 _native_post = _hooks.post
 
@@ -224,6 +262,10 @@ _hooks_group = Group(
 )
 
 
+# Labelling by frames needs no hook: the group only keeps the labellers.
+_frames_group = Group(globals(), ("_frame_labellers",), [])
+
+
 # Per thread: how many priced compiled graphs are running (`_compiled._run_priced`).
 compiled_runs = threading.local()
 
@@ -232,7 +274,7 @@ def enter_modules(modules: list[int]) -> list[tuple[ModuleLabels, int]]:
     """Enters, for every session labelling this thread, the calls of `modules` (identities,
     outermost first) that it named and that are not open already; what each entered (for
     exit_modules)."""
-    return [(labels, labels.enter_modules(modules)) for labels in _labellers]
+    return [(labels, labels.enter_modules(modules)) for labels in _all_labellers()]
 
 
 def exit_modules(entered: list[tuple[ModuleLabels, int]]) -> None:
@@ -242,7 +284,7 @@ def exit_modules(entered: list[tuple[ModuleLabels, int]]) -> None:
 
 def name_compiled_frame(modules: Iterable[nn.Module]) -> None:
     """See ``ModuleLabels.name_compiled_frame``; for every open labeller."""
-    for labels in _labellers:
+    for labels in _all_labellers():
         labels.name_compiled_frame(modules)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from torch import nn
 
 from ._guards import Guard
-from ._labels import ModuleLabels, register
+from ._labels import start_labels
 from ._native import ops
 
 __all__ = ["NativeSession"]
@@ -51,7 +51,7 @@ class NativeSession:
         if not self._label:
             return
         try:
-            self._registration = register("_labellers", ModuleLabels(self.handle, self._roots))
+            self._registration = start_labels(self.handle, self._roots)
         except BaseException:
             self.abort()
             raise

@@ -94,6 +94,10 @@ impl Decision {
     pub const SUPPRESS: u8 = 16;
     /// The compiled graph ended (`torchscan::compiled_end`, counted).
     pub const RESUME: u8 = 32;
+    /// Nothing was done: the module calls open (labelling by frames) include modules the
+    /// session has not named; the registry has the host name them, then asks again. Never seen
+    /// by the shim.
+    pub const NAME: Decision = Decision(64);
 
     fn claim(kernel: bool, extra: u8) -> Decision {
         Decision(1 | extra | if kernel { Decision::KERNEL } else { 0 })
@@ -346,6 +350,9 @@ impl Session {
     /// An operator starts. A claimed call is only counted when it returns ([`Self::on_op_end`]).
     pub fn on_op_start(&mut self, call: OpCall, event: &dyn OpEvent) -> Decision {
         let OpCall { key, token, phase, sequence, interposed, origin } = call;
+        if phase == Phase::Forward && origin == Origin::Followed && !self.resolve_frames() {
+            return Decision::NAME;
+        }
         let Some(op) = self.op_of(key, event) else {
             // Not an operator: a custom autograd Function's forward (torch.compile's
             // CompiledFunction among them) carries the number of the node it creates, whose

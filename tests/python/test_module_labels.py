@@ -1,5 +1,7 @@
-"""Module labels (by_module): native module hooks, one call into the core per module call event,
-sessions reached per thread, modules named once per measurement."""
+"""Module labels (by_module), both ways: by the interpreter's frames (the default where the build
+supports it: no hook, module calls cost nothing) and by native module hooks (one call into the core
+per module call event, sessions reached per thread); modules named once per measurement. Every
+test runs both ways (``mode``)."""
 
 import json
 import threading
@@ -13,6 +15,15 @@ from torchscan import _hooks, _labels
 from torchscan._native import ops
 
 X = torch.randn(4, 8)
+FRAMES = _hooks.frames_supported()
+
+
+@pytest.fixture(autouse=True, params=["frames", "hooks"])
+def mode(request, monkeypatch):
+    if request.param == "frames" and not FRAMES:
+        pytest.skip("this build labels by hooks only (frames need CPython 3.11)")
+    monkeypatch.setenv("TORCHSCAN_MODULE_LABELS", request.param)
+    return request.param
 
 
 class Block(nn.Module):
@@ -61,7 +72,7 @@ def test_labels_by_identity_with_hand_computed_values():
     assert named["by_module"] == report["by_module"]
 
 
-def test_the_hooks_are_native_and_removed_after_the_measurement():
+def test_the_hooks_are_native_and_removed_after_the_measurement(mode):
     before = global_hooks()
     seen = []
 
@@ -70,7 +81,8 @@ def test_the_hooks_are_native_and_removed_after_the_measurement():
         Net()(X)
 
     torchscan.measure_flops(workload)
-    assert seen == [_labels._module_pre_hook]
+    # Labelling by frames installs no hook at all.
+    assert seen == [None if mode == "frames" else _labels._module_pre_hook]
     assert _labels._native_pre is _hooks.pre and _labels._native_post is _hooks.post
     assert global_hooks() == before
     assert not _labels.labelling()
@@ -94,7 +106,7 @@ def test_nested_sessions_label_the_same_calls_each_by_its_own_names():
     assert outer.report()["total"]["value"] == inner["total"]["value"] + HEAD
 
 
-def test_a_child_that_raises_inside_its_parent_does_not_keep_the_parents_work():
+def test_a_child_that_raises_inside_its_parent_does_not_keep_the_parents_work(mode):
     class Failing(nn.Module):
         def forward(self, x):
             raise ValueError("no")
@@ -113,7 +125,10 @@ def test_a_child_that_raises_inside_its_parent_does_not_keep_the_parents_work():
             return torch.relu(self.fc(x))
 
     report = torchscan.measure_flops(lambda: Parent()(X))
-    assert report["by_module"] == {"Parent": LINEAR + RELU, "Parent.failing": 0, "Parent.fc": LINEAR}
+    expected = {"Parent": LINEAR + RELU, "Parent.failing": 0, "Parent.fc": LINEAR}
+    if mode == "frames":
+        del expected["Parent.failing"]  # it raised before any operator ran in it: no frame seen
+    assert report["by_module"] == expected
 
 
 def test_other_threads_module_calls_are_not_labelled_into_the_session():
@@ -151,13 +166,16 @@ def test_many_module_calls_in_one_measurement():
 
 def test_the_hook_table_is_checked_when_it_is_bound():
     table = ops.module_hooks()
-    assert len(table) == 5 and table[0] == 2 and all(table[1:])
-    with pytest.raises(ImportError, match=r"module hooks \(ABI 2\) do not match its native library \(ABI 3\)"):
-        _hooks.bind([3, *table[1:]], lambda session, module: False, nn.Module, str)
-    with pytest.raises(ImportError, match="has 4 entries, expected 5"):
-        _hooks.bind(table[:4], lambda session, module: False, nn.Module, str)
+    code = nn.Module._call_impl.__code__
+    assert len(table) == 7 and table[0] == 3 and all(table[1:])
+    with pytest.raises(ImportError, match=r"module hooks \(ABI 3\) do not match its native library \(ABI 4\)"):
+        _hooks.bind([4, *table[1:]], lambda session, module: False, nn.Module, str, code)
+    with pytest.raises(ImportError, match="has 4 entries, expected 7"):
+        _hooks.bind(table[:4], lambda session, module: False, nn.Module, str, code)
     with pytest.raises(TypeError, match="name_unnamed and escape_name must be callable"):
-        _hooks.bind(table, 3, nn.Module, str)
+        _hooks.bind(table, 3, nn.Module, str, code)
+    with pytest.raises(TypeError, match="code"):
+        _hooks.bind(table, lambda session, module: False, nn.Module, str, "not code")
     # The failed binds left the hooks as they were.
     assert torchscan.measure_flops(lambda: Net()(X))["by_module"]["Net.head"] == HEAD
 
@@ -196,14 +214,17 @@ def test_naming_in_a_closed_session_is_an_error():
         _hooks.name_tree(handle, Net(), "Net")
 
 
-def test_crawl_module_and_measure_flops_share_one_hook_driver():
+def test_crawl_module_and_measure_flops_share_one_hook_driver(mode):
     net = Net()
     module = nn.modules.module
     flags = dict(module._global_forward_hooks_with_kwargs)
     with torchscan.count_flops(modules=net) as counter:
         report = torchscan.crawl_module(net, args=(X,))
         assert _labels._recorders == ()  # the crawl's recorder is gone, the labels stay
-        assert module._global_forward_pre_hooks[_labels._PRE_HOOK_KEY] is _labels._module_pre_hook
+        if mode == "hooks":
+            assert module._global_forward_pre_hooks[_labels._PRE_HOOK_KEY] is _labels._module_pre_hook
+        else:  # labels by frames need no hook
+            assert _labels._PRE_HOOK_KEY not in module._global_forward_pre_hooks
     # The crawl's layer records and the outer count see the same calls.
     assert [layer["path"] for layer in report["layers"]] == ["", "block", "block.fc", "block.act", "head"]
     assert report["totals"]["operator_flops"]["value"] == LINEAR + RELU + HEAD
@@ -233,3 +254,113 @@ def test_the_module_operators_reject_bad_input():
     assert report["total"]["value"] == 0
     with pytest.raises(RuntimeError, match=f"unknown torchscan session handle {handle}"):
         ops.open_module_calls(handle)
+
+
+# ---- both ways give one report (and where they differ, by design) ----
+
+
+def test_a_module_that_runs_no_operator_is_listed_only_by_hooks(mode):
+    net = nn.Sequential(nn.Linear(8, 8), nn.Identity(), nn.ReLU())
+    report = torchscan.measure_flops(lambda: net(X))
+    expected = {"Sequential": LINEAR + RELU, "Sequential.0": LINEAR, "Sequential.2": RELU}
+    if mode == "hooks":
+        expected["Sequential.1"] = 0  # its call started and ended; no frame shows it to an operator
+    assert report["by_module"] == expected
+
+
+def _nested(depth: int) -> nn.Module:
+    class Level(nn.Module):
+        def __init__(self, inner: nn.Module | None) -> None:
+            super().__init__()
+            self.inner = inner
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = self.fc(x)
+            return self.inner(x) if self.inner is not None else x
+
+    level: nn.Module | None = None
+    for _ in range(depth):
+        level = Level(level)
+    assert level is not None
+    return level
+
+
+def test_deep_nesting_labels_every_level():
+    # More module calls open at once than a frame walk reads at first (64): the walk grows.
+    depth = 150
+    net = _nested(depth)
+    report = torchscan.measure_flops(lambda: net(X))
+    paths = ["Level" + ".inner" * level for level in range(depth)]
+    assert report["by_module"] == {
+        **{path: (depth - level) * LINEAR for level, path in enumerate(paths)},
+        **{path + ".fc": LINEAR for path in paths},
+    }
+
+
+def test_a_measurement_inside_a_module_call_labels_what_hooks_would():
+    # The calls open when the measurement starts never started for hooks; by frames the session
+    # would see them, so it labels by hooks then: one report either way.
+    seen = {}
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = Net()
+
+        def forward(self, x):
+            seen["all"] = torchscan.measure_flops(lambda: self.net(x))
+            seen["named"] = torchscan.measure_flops(lambda: self.net(x), modules=self)
+            return x
+
+    outer = Outer()
+    outer(X)
+    expected = {
+        "Net": LINEAR + RELU + HEAD,
+        "Net.block": LINEAR + RELU,
+        "Net.block.fc": LINEAR,
+        "Net.block.act": RELU,
+        "Net.head": HEAD,
+    }
+    assert seen["all"]["by_module"] == expected
+    # Outer's call was open before: not labelled (hooks never saw it start).
+    assert seen["named"]["by_module"] == {"Outer." + path.replace("Net", "net", 1): v for path, v in expected.items()}
+
+
+def test_modules_built_during_the_workload_are_named_when_first_called():
+    class Maker(nn.Module):
+        def forward(self, x):
+            fresh = nn.Linear(8, 8)  # a module no one named before: a root of its own
+            return torch.relu(fresh(x))
+
+    maker = Maker()
+    report = torchscan.measure_flops(lambda: maker(X))
+    assert report["by_module"] == {"Maker": LINEAR + RELU, "Linear": LINEAR}
+
+
+def test_training_step_and_zoo_model_report_the_same_both_ways(monkeypatch):
+    torchvision = pytest.importorskip("torchvision")
+    net = torchvision.models.resnet18(num_classes=10)
+    x = torch.randn(2, 3, 32, 32)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    tokens = torch.randn(2, 5, 16)
+
+    def step():
+        net(x).sum().backward()
+        layer(tokens).sum().backward()
+
+    reports = {}
+    for way in ("frames", "hooks"):
+        monkeypatch.setenv("TORCHSCAN_MODULE_LABELS", way)
+        net.zero_grad(set_to_none=True)
+        layer.zero_grad(set_to_none=True)
+        reports[way] = torchscan.measure_flops(step)
+    assert reports["frames"]["by_module"] == reports["hooks"]["by_module"]
+    assert reports["frames"]["total"] == reports["hooks"]["total"]
+
+
+def test_an_unknown_way_of_labelling_is_a_value_error(monkeypatch):
+    monkeypatch.setenv("TORCHSCAN_MODULE_LABELS", "sometimes")
+    with pytest.raises(ValueError, match="TORCHSCAN_MODULE_LABELS must be 'frames' or 'hooks', got 'sometimes'"):
+        torchscan.measure_flops(lambda: Net()(X))
+    assert not _labels.labelling()
