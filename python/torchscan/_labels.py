@@ -297,7 +297,9 @@ def _run_hooks_as_written() -> None:
     from torch._dynamo.types import FrameAction, FrameExecStrategy  # type: ignore[attr-defined]
 
     # SKIP for the frames they call too: a skipped frame's callees would be compiled otherwise.
-    for hook in (_module_pre_hook, _module_post_hook):
+    # The same for the naming that labelling by frames asks for from inside an operator, which
+    # may run in an eager frame of a compiled region (where Dynamo's callback is set).
+    for hook in (_module_pre_hook, _module_post_hook, _name_unnamed):
         set_code_exec_strategy(hook.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
 
 

@@ -405,12 +405,17 @@ def dynamo_counts():
     return sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
 
 
-def loop_counts(net, x, backend, how):
-    """Three forwards of a freshly compiled `net`: plain, each one measured (with or without
-    `modules`), or all in one count_flops block; Dynamo's (graph breaks, unique graphs)."""
+def loop_counts(net, x, backend, how, in_place=False):
+    """Three forwards of a freshly compiled `net` (wrapped, or `in_place`: `net.compile()`):
+    plain, each one measured (with or without `modules`), or all in one count_flops block;
+    Dynamo's (graph breaks, unique graphs)."""
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(net, backend=backend)
+    if in_place:
+        net.compile(backend=backend)
+        compiled = net
+    else:
+        compiled = torch.compile(net, backend=backend)
     if how == "plain":
         for _ in range(3):
             compiled(x)
@@ -432,6 +437,18 @@ def test_torchscan_adds_no_graph_break_and_no_recompile(backend, model):
     assert plain == ((0, 1) if model == "mlp" else (1, 2))  # the model's own breaks and graphs
     for how in ("each", "each_labelled", "block"):
         assert loop_counts(net, x, backend, how) == plain, how
+
+
+@pytest.mark.parametrize("labels", ["frames", "hooks"])
+@pytest.mark.parametrize("backend", [*BACKENDS, "inductor"])
+def test_a_model_compiled_in_place_gets_no_graph_break_from_either_way_of_labelling(backend, labels, monkeypatch):
+    # Labelling by frames names a module at the first operator of its call, which may run in an
+    # eager frame of the compiled region (Dynamo's callback set): the naming is never traced.
+    monkeypatch.setenv("TORCHSCAN_MODULE_LABELS", labels)
+    x = torch.randn(2, 8)
+    plain = loop_counts(mlp(), x, backend, "plain", in_place=True)
+    for how in ("each", "each_labelled", "block"):
+        assert loop_counts(mlp(), x, backend, how, in_place=True) == plain, how
 
 
 @pytest.mark.parametrize("model", ["mlp", "broken"])
