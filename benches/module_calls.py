@@ -2,12 +2,13 @@
 
     python benches/module_calls.py [--calls 20000] [--rounds 15]
 
-Module calls: a loop of N calls of an `nn.Identity` on a 1-element tensor (the module call
-itself is the work), run bare, with two no-op Python global hooks (PyTorch's hooked call path,
-which any module hook pays), inside `measure_flops(modules=[])` (the hooks run, every module is
-passed over natively) and inside `measure_flops` (every call labelled). Each round runs the
+Module calls: a loop of N calls of an `nn.ReLU` on a 1-element tensor (a module call around one
+operator), run bare, with two no-op Python global hooks (PyTorch's hooked call path, which any
+module hook pays), inside `measure_flops(modules=[])` (no module named: the operator is counted,
+its frames are read), inside `measure_flops` (every call labelled, by frames: the default) and
+inside `measure_flops` labelling by hooks (`TORCHSCAN_MODULE_LABELS=hooks`). Each round runs the
 variants once, in a shuffled order; figures are medians over the rounds, in microseconds added
-per call over the bare loop.
+per call over the bare loop (the operator's own observation included).
 
 Naming: `ModuleLabels.name_root` on resnet18 and mobilenet_v3_small (what each measurement pays
 once per root module), median of 200 calls.
@@ -16,6 +17,7 @@ once per root module), median of 200 calls.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -40,16 +42,25 @@ def noop_hooks(work: Callable[[], object]) -> None:
         post.remove()
 
 
+def labels_by_hooks(work: Callable[[], object]) -> None:
+    os.environ["TORCHSCAN_MODULE_LABELS"] = "hooks"
+    try:
+        torchscan.measure_flops(work)
+    finally:
+        del os.environ["TORCHSCAN_MODULE_LABELS"]
+
+
 VARIANTS: dict[str, Callable[[Callable[[], object]], None]] = {
     "bare": lambda work: work(),
     "no-op hooks": noop_hooks,
     "measure_flops, no labels": lambda work: torchscan.measure_flops(work, modules=[]),
     "measure_flops": lambda work: torchscan.measure_flops(work),
+    "measure_flops, labels by hooks": labels_by_hooks,
 }
 
 
 def module_calls(calls: int, rounds: int) -> dict[str, float]:
-    module, x = nn.Identity(), torch.zeros(1)
+    module, x = nn.ReLU(), torch.zeros(1)
 
     def work() -> None:
         for _ in range(calls):
@@ -89,10 +100,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     options = parser.parse_args()
     added = module_calls(options.calls, options.rounds)
-    print(f"{options.calls} calls of nn.Identity, median of {options.rounds} rounds, us added per call over bare:")
+    print(f"{options.calls} calls of nn.ReLU, median of {options.rounds} rounds, us added per call over bare:")
     for name, us in added.items():
         if name != "bare":
-            print(f"  {name:26s} +{us:.2f} us")
+            print(f"  {name:30s} +{us:.2f} us")
     for name in ("resnet18", "mobilenet_v3_small"):
         us, count = naming_us(getattr(torchvision.models, name)(weights=None))
         print(f"naming {name} ({count} modules): {us:.1f} us")
