@@ -165,14 +165,19 @@ def _name_unnamed(handle: int, module: nn.Module, inside: bool | None = None) ->
     return False
 
 
-_hooks.bind(ops.module_hooks(), _name_unnamed, nn.Module, escape_name, nn.Module._call_impl.__code__)
+# Each frame running this code is a module call (what the frame walker looks for).
+_CALL_IMPL_CODE = nn.Module._call_impl.__code__
+_hooks.bind(ops.module_hooks(), _name_unnamed, nn.Module, escape_name, _CALL_IMPL_CODE)
 
 
 def _frames_wanted() -> bool:
     choice = os.environ.get("TORCHSCAN_MODULE_LABELS", "")
     if choice not in ("", "frames", "hooks"):
         raise ValueError(f"TORCHSCAN_MODULE_LABELS must be 'frames' or 'hooks', got {choice!r}")
-    return choice != "hooks" and _hooks.frames_supported()
+    # A `_call_impl` replaced since (a tool's wrapper) may not run the code the walker knows:
+    # hooks then, which PyTorch's module-call path calls whatever wraps it.
+    call_impl = getattr(nn.Module._call_impl, "__code__", None)
+    return choice != "hooks" and call_impl is _CALL_IMPL_CODE and _hooks.frames_supported()
 
 
 def start_labels(handle: int, roots: list[nn.Module] | None) -> Guard:

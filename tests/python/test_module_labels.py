@@ -364,3 +364,25 @@ def test_an_unknown_way_of_labelling_is_a_value_error(monkeypatch):
     with pytest.raises(ValueError, match="TORCHSCAN_MODULE_LABELS must be 'frames' or 'hooks', got 'sometimes'"):
         torchscan.measure_flops(lambda: Net()(X))
     assert not _labels.labelling()
+
+
+def test_a_replaced_module_call_path_still_labels(monkeypatch):
+    # A tool that replaces nn.Module._call_impl with its own copy (a tracer rebuilding it from
+    # its source): the frames walker would not know the copy's code; labels come from hooks.
+    import types
+
+    original = nn.Module._call_impl
+    copy = types.FunctionType(
+        original.__code__.replace(), original.__globals__, original.__name__, original.__defaults__, original.__closure__
+    )
+    monkeypatch.setattr(nn.Module, "_call_impl", copy)
+    net = Net()
+    report = torchscan.measure_flops(lambda: net(X))
+    assert report["by_module"] == {
+        "Net": LINEAR + RELU + HEAD,
+        "Net.block": LINEAR + RELU,
+        "Net.block.fc": LINEAR,
+        "Net.block.act": RELU,
+        "Net.head": HEAD,
+    }
+    assert not _labels.labelling()
