@@ -138,6 +138,7 @@ impl Session {
             // pushed its calls (`enter_modules_once`) on the walk it started from.
             return true;
         }
+        self.modules.unnamed.clear(); // a walk asked about before and not named since
         let mut reading = std::mem::take(&mut self.modules.reading);
         host_frames::open_modules(owner, &mut reading);
         if self.modules.walked && reading == self.modules.walk {
@@ -193,8 +194,9 @@ impl Session {
     pub fn enter_modules_once(&mut self, modules: impl IntoIterator<Item = u64>) -> usize {
         // Labelling by frames, the calls open are the frames' (the stack stands on them).
         let by_frames = self.modules.frames.is_some();
-        if by_frames && !self.resolve_frames() {
-            self.modules.unnamed.clear(); // named at the next operator
+        if by_frames {
+            // Modules it has not named are named at the next operator.
+            self.resolve_frames();
         }
         let mut entered = 0;
         for module in modules {

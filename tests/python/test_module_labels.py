@@ -51,6 +51,14 @@ class Net(nn.Module):
 LINEAR = 2 * 4 * 8 * 8
 HEAD = 2 * 4 * 8 * 2
 RELU = 4 * 8
+# by_module of one Net call.
+NET_LABELS = {
+    "Net": LINEAR + RELU + HEAD,
+    "Net.block": LINEAR + RELU,
+    "Net.block.fc": LINEAR,
+    "Net.block.act": RELU,
+    "Net.head": HEAD,
+}
 
 
 def global_hooks() -> tuple[int, int]:
@@ -61,13 +69,7 @@ def global_hooks() -> tuple[int, int]:
 def test_labels_by_identity_with_hand_computed_values():
     net = Net()
     report = torchscan.measure_flops(lambda: net(X))
-    assert report["by_module"] == {
-        "Net": LINEAR + RELU + HEAD,
-        "Net.block": LINEAR + RELU,
-        "Net.block.fc": LINEAR,
-        "Net.block.act": RELU,
-        "Net.head": HEAD,
-    }
+    assert report["by_module"] == NET_LABELS
     named = torchscan.measure_flops(lambda: net(X), modules=net)
     assert named["by_module"] == report["by_module"]
 
@@ -315,13 +317,7 @@ def test_a_measurement_inside_a_module_call_labels_what_hooks_would():
 
     outer = Outer()
     outer(X)
-    expected = {
-        "Net": LINEAR + RELU + HEAD,
-        "Net.block": LINEAR + RELU,
-        "Net.block.fc": LINEAR,
-        "Net.block.act": RELU,
-        "Net.head": HEAD,
-    }
+    expected = NET_LABELS
     assert seen["all"]["by_module"] == expected
     # Outer's call was open before: not labelled (hooks never saw it start).
     assert seen["named"]["by_module"] == {"Outer." + path.replace("Net", "net", 1): v for path, v in expected.items()}
@@ -377,11 +373,5 @@ def test_a_replaced_module_call_path_still_labels(monkeypatch):
     monkeypatch.setattr(nn.Module, "_call_impl", copy)
     net = Net()
     report = torchscan.measure_flops(lambda: net(X))
-    assert report["by_module"] == {
-        "Net": LINEAR + RELU + HEAD,
-        "Net.block": LINEAR + RELU,
-        "Net.block.fc": LINEAR,
-        "Net.block.act": RELU,
-        "Net.head": HEAD,
-    }
+    assert report["by_module"] == NET_LABELS
     assert not _labels.labelling()
