@@ -17,7 +17,6 @@ once per root module), median of 200 calls.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import time
@@ -30,6 +29,7 @@ from torch import nn
 import torchscan
 from torchscan import _labels
 from torchscan._native import ops
+from variants import labels_by_hooks
 
 
 def noop_hooks(work: Callable[[], object]) -> None:
@@ -40,14 +40,6 @@ def noop_hooks(work: Callable[[], object]) -> None:
     finally:
         pre.remove()
         post.remove()
-
-
-def labels_by_hooks(work: Callable[[], object]) -> None:
-    os.environ["TORCHSCAN_MODULE_LABELS"] = "hooks"
-    try:
-        torchscan.measure_flops(work)
-    finally:
-        del os.environ["TORCHSCAN_MODULE_LABELS"]
 
 
 VARIANTS: dict[str, Callable[[Callable[[], object]], None]] = {

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import random
 import statistics
@@ -46,6 +45,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import torchscan
 from torchscan.process import measure_peak_memory
+from variants import labels_by_hooks
 
 
 def bare(work: Callable[[], object]) -> None:
@@ -82,14 +82,6 @@ def noop_hooks(work: Callable[[], object]) -> None:
 
 def hooks_without_labels(work: Callable[[], object]) -> None:
     torchscan.measure_flops(work, modules=[])
-
-
-def labels_by_hooks(work: Callable[[], object]) -> None:
-    os.environ["TORCHSCAN_MODULE_LABELS"] = "hooks"
-    try:
-        torchscan.measure_flops(work)
-    finally:
-        del os.environ["TORCHSCAN_MODULE_LABELS"]
 
 
 def peak_memory(work: Callable[[], object]) -> None:
