@@ -49,8 +49,9 @@ static NameFn name_fn = NULL;
 static LabelByFramesFn label_by_frames_fn = NULL;
 /* torch.nn.Module: what a compiled wrapper's `_orig_mod` must be to be followed. */
 static PyObject* module_type = NULL;
-/* name_unnamed(session, module) -> bool: names `module` (and its submodules) for the session;
- * false when the session passes it over. */
+/* name_unnamed(session, module, inside=None) -> bool: names `module` (and its submodules) for
+ * the session; false when the session passes it over. `inside`: whether a call the session labels
+ * is open around it (given when labelling by frames). */
 static PyObject* name_unnamed = NULL;
 /* escape_name(name) -> str: a name as a path component (torchscan/_names.py), for the rare
  * name that holds a dot, a backslash or a lone surrogate. */
@@ -173,17 +174,25 @@ static PyObject* open_modules(PyObject* self, PyObject* unused) {
   PyObject* ids = PyList_New(0);
 #if TORCHSCAN_FRAMES
   if (ids == NULL) return NULL;
-  uint64_t found[256];
-  size_t count = open_calls(PyThreadState_Get(), found, 256);
-  for (size_t i = 0; i < count && i < 256; i++) {
+  PyThreadState* tstate = PyThreadState_Get();
+  size_t count = open_calls(tstate, NULL, 0);
+  uint64_t* found = PyMem_Malloc((count ? count : 1) * sizeof(uint64_t));
+  if (found == NULL) {
+    Py_DECREF(ids);
+    return PyErr_NoMemory();
+  }
+  count = open_calls(tstate, found, count);
+  for (size_t i = 0; i < count; i++) {
     PyObject* id = PyLong_FromUnsignedLongLong(found[i]);
     if (id == NULL || PyList_Append(ids, id) < 0) {
       Py_XDECREF(id);
       Py_DECREF(ids);
+      PyMem_Free(found);
       return NULL;
     }
     Py_DECREF(id);
   }
+  PyMem_Free(found);
 #endif
   return ids;
 }
