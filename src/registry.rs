@@ -271,15 +271,23 @@ pub fn open_module_calls(handle: i64) -> Result<usize> {
     with_open(handle, |session| session.open_module_calls())
 }
 
+/// How many times one event may ask the host to name the module calls open around it.
+const NAMING_ROUNDS: usize = 8;
+
 /// An operator event for the session in `slot`, if it is still `generation`'s and open;
 /// `receipt` receives what it counted at once (see [`Receipt`]).
 pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent, receipt: &mut Receipt) -> Decision {
     let Some(cell) = SLOTS.get(slot) else { return Decision::DESCEND };
     // A session labelling by frames may first need the host to name modules (rare: the first
     // operator in a module nobody named), which it does with the slot unlocked (naming calls back
-    // into `name_modules`); then the event is looked at again. The last round passes over
-    // whatever is still unnamed, so that the loop ends whatever the host does.
-    for round in 0..3 {
+    // into `name_modules`); then the event is looked at again. The host names the outermost
+    // unnamed call first, as the hooks' pre-hook would, and the frames are read again: naming a
+    // module names its submodules, so the calls inside it are usually named by then (naming
+    // each in turn named the same tree once per nesting level). The next-to-last round names
+    // all that are left; the last passes over whatever is still unnamed, so that the loop ends
+    // whatever the host does.
+    for round in 0..NAMING_ROUNDS {
+        let all_at_once = round + 2 >= NAMING_ROUNDS;
         let unnamed = {
             let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
             let slot = &mut *guard;
@@ -296,9 +304,13 @@ pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEve
             }
         };
         let handle = Handle { slot, generation }.pack();
+        let asked = if all_at_once { unnamed.len() } else { 1 };
         let passed: Vec<u64> = unnamed
             .into_iter()
-            .filter(|&(module, inside)| round == 2 || !host_frames::name_unnamed(handle, module, inside))
+            .take(asked)
+            .filter(|&(module, inside)| {
+                round + 1 == NAMING_ROUNDS || !host_frames::name_unnamed(handle, module, inside)
+            })
             .map(|(module, _)| module)
             .collect();
         if with_open(handle, |session| session.named(&passed)).is_err() {

@@ -109,7 +109,11 @@ class ModuleLabels:
         call (`inside`; by default, whether the session has a call open), or inside a priced
         compiled graph's run, is built by a compiler or a control-flow operator (AOTAutograd's
         forward and backward, torch.cond's branches): not one of the user's modules, it is
-        passed over (False)."""
+        passed over (False). One named since it was asked about (by frames, several calls open
+        at one operator are asked about at once: naming the outer one named those in its tree)
+        keeps its name."""
+        if id(module) in self._named:
+            return True
         if isinstance(module, torch.fx.GraphModule) and (
             (ops.open_module_calls(self._handle) if inside is None else inside) or getattr(compiled_runs, "depth", 0)
         ):

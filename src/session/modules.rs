@@ -176,9 +176,7 @@ impl Session {
     /// itself as naming until [`Self::named`]).
     pub fn take_unnamed(&mut self) -> Vec<(u64, bool)> {
         self.modules.naming = true;
-        let mut unnamed = std::mem::take(&mut self.modules.unnamed);
-        unnamed.reverse();
-        unnamed
+        std::mem::take(&mut self.modules.unnamed)
     }
 
     /// The host is done naming; `passed` are the modules it passed over.
@@ -385,6 +383,20 @@ mod tests {
         s.named(&[60]);
         assert!(s.resolve_frames());
         assert_eq!(s.scopes.current(), ScopeTree::ROOT);
+    }
+
+    #[test]
+    fn unnamed_calls_come_outermost_first() {
+        // The host names the outermost first: naming it names the calls inside it, so that a
+        // model met at its first operator is named once, not once per nesting level.
+        let mut s = by_frames(Labelling::All);
+        open_calls(&[70, 71, 72]);
+        assert!(!s.resolve_frames());
+        assert_eq!(s.take_unnamed(), vec![(70, false), (71, false), (72, false)]);
+        s.name_modules([(70, "Model"), (71, "Model.body"), (72, "Model.body.0")]);
+        s.named(&[]);
+        assert!(s.resolve_frames());
+        assert_eq!(s.scopes.label_of(s.scopes.current()), Some("Model.body.0"));
     }
 
     #[test]

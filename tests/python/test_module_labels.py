@@ -334,6 +334,57 @@ def test_modules_built_during_the_workload_are_named_when_first_called():
     assert report["by_module"] == {"Maker": LINEAR + RELU, "Linear": LINEAR}
 
 
+def _spy_naming(monkeypatch) -> list[str]:
+    named: list[str] = []
+    real = _hooks.name_tree
+
+    def spy(handle, root, name):
+        named.append(name)
+        return real(handle, root, name)
+
+    monkeypatch.setattr(_hooks, "name_tree", spy)
+    return named
+
+
+def test_a_model_is_named_once_at_its_first_operator(monkeypatch):
+    # By frames, the first operator finds four calls open that nobody named: the outermost is
+    # named, which names the others (naming each in turn named the tree once per level).
+    named = _spy_naming(monkeypatch)
+    net = nn.Sequential(nn.Sequential(Net()))
+    report = torchscan.measure_flops(lambda: net(X))
+    assert named == ["Sequential"]
+    total = NET_LABELS["Net"]
+    inner = {path.replace("Net", "Sequential.0.0", 1): v for path, v in NET_LABELS.items()}
+    assert report["by_module"] == {"Sequential": total, "Sequential.0": total, **inner}
+
+
+class _Chained(nn.Module):
+    """Calls the next module of a chain that is not its submodule, before its own layer."""
+
+    def __init__(self, following: nn.Module | None) -> None:
+        super().__init__()
+        object.__setattr__(self, "following", following)  # not registered: a root of its own
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x if self.following is None else self.following(x))
+
+
+def test_calls_open_around_the_first_operator_that_no_tree_holds_are_each_named(monkeypatch):
+    # Twelve calls open at the first operator, none inside another's tree: each is named as a
+    # root, outermost first, more of them than the rounds that name one at a time.
+    named = _spy_naming(monkeypatch)
+    chain = None
+    for i in reversed(range(12)):
+        chain = type(f"Link{i}", (_Chained,), {})(chain)
+    report = torchscan.measure_flops(lambda: chain(X))
+    assert named == [f"Link{i}" for i in range(12)]
+    assert report["by_module"] == {
+        **{f"Link{i}": (12 - i) * LINEAR for i in range(12)},
+        **{f"Link{i}.fc": LINEAR for i in range(12)},
+    }
+
+
 def test_training_step_and_zoo_model_report_the_same_both_ways(monkeypatch):
     torchvision = pytest.importorskip("torchvision")
     net = torchvision.models.resnet18(num_classes=10)
