@@ -2,6 +2,7 @@
 // bridge code compiles quickly; the definitions live in observer.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -10,15 +11,21 @@
 namespace at {
 struct RecordFunction;
 }
+namespace c10 {
+struct IValue;
+}
 
 namespace torchscan::ffi {
 
 struct EventDescription;
 
-// One dispatcher event, valid for the duration of a start or end callback, with the calling
+// One dispatcher event, valid for the duration of a start or end callback: the operator's own
+// arguments (read once per event: finding them looks up the operator's schema), and the calling
 // thread's buffer for its encoded arguments.
 struct OpEvent {
   const at::RecordFunction* fn;
+  const c10::IValue* args;
+  std::size_t num_args;
   std::vector<int64_t>* buffer;
 };
 

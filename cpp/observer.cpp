@@ -6,6 +6,8 @@
 // ThreadLocalState to autograd worker threads and still knows its session there, and nested
 // sessions on one thread each see every event.
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -65,14 +67,25 @@ using Buffer = std::vector<int64_t>;
 
 // The operator's own arguments. A boxed call (functorch's fallbacks, the older vmap's loop over
 // rows) hands RecordFunction its whole stack, with the caller's values below the arguments.
-c10::ArrayRef<const c10::IValue> arguments(const at::RecordFunction& fn) {
-  auto inputs = fn.inputs();
-  std::size_t n = fn.num_inputs();
-  if (n < inputs.size()) inputs = inputs.slice(inputs.size() - n);
-  return inputs;
+// None when they cannot be found (the formula then reports its missing arguments).
+c10::ArrayRef<const c10::IValue> arguments(const at::RecordFunction& fn) noexcept {
+  try {
+    auto inputs = fn.inputs();
+    std::size_t n = fn.num_inputs();
+    if (n < inputs.size()) inputs = inputs.slice(inputs.size() - n);
+    return inputs;
+  } catch (...) {
+    return {};
+  }
 }
 
 namespace {
+
+// (Parentheses: braces would pick ArrayRef's initializer-list constructor, a list of two
+// IValues made of the pointer and the count.)
+inline c10::ArrayRef<const c10::IValue> event_arguments(const OpEvent& event) {
+  return c10::ArrayRef<const c10::IValue>(event.args, event.num_args);
+}
 
 // (dtype, ndim, sizes...) of a defined, strided-or-sparse tensor; false for the others.
 // A strided nested tensor (NestedTensorCPU/CUDA kernels) has no single shape: its record is its
@@ -348,7 +361,7 @@ rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept {
   Buffer& out = *event.buffer;
   out.clear();
   try {
-    for (const auto& v : arguments(*event.fn)) encode(v, out);
+    for (const auto& v : event_arguments(event)) encode(v, out);
   } catch (...) {
     out.clear();  // an empty stream: the formula reports the missing arguments
   }
@@ -359,7 +372,7 @@ rust::Slice<const int64_t> read_collective_inputs(const OpEvent& event) noexcept
   Buffer& out = *event.buffer;
   out.clear();
   try {
-    for (const auto& v : arguments(*event.fn)) {
+    for (const auto& v : event_arguments(event)) {
       int64_t size = 0;
       int64_t rank = 0;
       if ((v.isObject() || v.isString()) && collectives::group_of(v, size, rank)) {
@@ -414,7 +427,7 @@ constexpr uint8_t kResume = static_cast<uint8_t>(ffi::DecisionBit::Resume);
 // left a receipt, handed back only if the call raises: a call that returns costs nothing more.
 struct Claim {
   int64_t depth = 0;
-  int exceptions = 0;    // std::uncaught_exceptions() when it started
+  int exceptions = 0;    // uncaught_exceptions() when it started
   bool pending = false;  // the core waits for its end
   bool kernel = false;   // an ATen kernel: calls from its autograd layer are operators of their own
   ffi::Receipt receipt{};
@@ -444,8 +457,27 @@ struct ThreadSlot {
   std::vector<ffi::Receipt> undo;  // receipts of kernels that returned inside open wrapper calls
   // Encoded arguments: reused, so encoding allocates only while it grows (and once per session).
   std::vector<int64_t> buffer;
+  // This thread's count of uncaught exceptions (see uncaught_exceptions), found at first use.
+  const unsigned int* uncaught = nullptr;
 };
 thread_local std::array<ThreadSlot, kSlots> t_slots;
+
+// std::uncaught_exceptions(), which reads the count from the thread's exception globals (the
+// Itanium C++ ABI's __cxa_eh_globals, which libstdc++ and libc++abi lay out alike: the stack of
+// caught exceptions, then the count) through two calls and a thread-local lookup, twice per
+// counted operator. The globals keep their address for the thread's lifetime, so each thread
+// slot keeps a pointer to the count.
+struct EhGlobals {
+  void* caught_exceptions;
+  unsigned int uncaught_exceptions;
+};
+
+inline int uncaught_exceptions(ThreadSlot* st) {
+  if (st->uncaught == nullptr) {
+    st->uncaught = &reinterpret_cast<const EhGlobals*>(abi::__cxa_get_globals())->uncaught_exceptions;
+  }
+  return static_cast<int>(*st->uncaught);
+}
 
 // Per thread and slot: the thread-local counting callback this thread installed, and for which
 // session (generation). A session closed or discarded on another thread cannot remove this
@@ -496,7 +528,7 @@ enum class CallKind { Kernel, Interposed, Fake };
 // How the dispatcher will treat this call: the keys of its tensors with the thread's included
 // keys, less the excluded ones (what Dispatcher::call computes). Nothing here throws in practice;
 // should it, the call is taken for a kernel call rather than let anything escape the callback.
-CallKind call_kind(const at::RecordFunction& fn) noexcept try {
+CallKind call_kind(c10::ArrayRef<const c10::IValue> args) noexcept try {
   const auto tls = c10::impl::tls_local_dispatch_key_set();
   // FakeTensor runs its meta kernels with Meta forced on (in_kernel_invocation_manager): shape
   // propagation (torch.compile's tracing), no work. Real meta tensors carry Meta themselves.
@@ -510,10 +542,10 @@ CallKind call_kind(const at::RecordFunction& fn) noexcept try {
       dead_wrapper = dead_wrapper || (wrapper != nullptr && !wrapper->is_alive());
     }
   };
-  for (const auto& v : ffi::arguments(fn)) {
+  for (const auto& v : args) {
     if (v.isTensor()) {
       add(v.toTensor());
-    } else if (v.isTensorList()) {
+    } else if (v.isList() && v.isTensorList()) {  // isTensorList is not inlined: lists only
       for (const at::Tensor& t : v.toTensorList()) add(t);
     }
   }
@@ -534,7 +566,7 @@ inline bool below_autograd() {
 }
 
 inline void push_claim(ThreadSlot* st, bool pending, bool kernel, const ffi::Receipt& receipt) {
-  st->claim[st->claims++] = Claim{st->depth, std::uncaught_exceptions(), pending, kernel, receipt};
+  st->claim[st->claims++] = Claim{st->depth, uncaught_exceptions(st), pending, kernel, receipt};
 }
 
 void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
@@ -568,12 +600,13 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
     }
     return;
   }
-  CallKind kind = call_kind(fn);
+  auto args = ffi::arguments(fn);
+  CallKind kind = call_kind(args);
   if (kind == CallKind::Fake) {
     push_claim(st, /*pending=*/false, /*kernel=*/false, ffi::Receipt{});
     return;
   }
-  ffi::OpEvent event{&fn, &st->buffer};
+  ffi::OpEvent event{&fn, args.data(), args.size(), &st->buffer};
   auto key = reinterpret_cast<std::size_t>(fn.name());
   auto token = reinterpret_cast<std::size_t>(st);
   // Backward work: inside an autograd node, or elsewhere in the engine's execution of a graph
@@ -592,7 +625,7 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   if (decision & kSkip) {
     push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0, receipt);
   } else if (kind == CallKind::Interposed && st->wrappers < kMaxClaims) {
-    st->wrapper[st->wrappers++] = {st->depth, std::uncaught_exceptions(), static_cast<int64_t>(st->undo.size())};
+    st->wrapper[st->wrappers++] = {st->depth, uncaught_exceptions(st), static_cast<int64_t>(st->undo.size())};
   }
 }
 
@@ -604,9 +637,10 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
     const Claim& claim = st->claim[--st->claims];
     // Ended by an exception (the destructor of RecordFunction runs while it unwinds): the
     // operator did not deliver its result, and is not counted.
-    bool completed = std::uncaught_exceptions() <= claim.exceptions;
+    bool completed = uncaught_exceptions(st) <= claim.exceptions;
     if (claim.pending) {
-      ffi::OpEvent event{&fn, &st->buffer};
+      auto args = ffi::arguments(fn);
+      ffi::OpEvent event{&fn, args.data(), args.size(), &st->buffer};
       ffi::on_op_end(slot, generation, reinterpret_cast<std::size_t>(st), completed, event);
     } else if (!completed && claim.receipt.valid) {
       ffi::on_op_abort(slot, generation, claim.receipt);
@@ -615,7 +649,7 @@ void on_end(std::size_t slot, const at::RecordFunction& fn) {
     }
   } else if (st->wrappers > 0 && st->wrapper[st->wrappers - 1][0] == st->depth) {
     const auto [depth, exceptions, first] = st->wrapper[--st->wrappers];
-    if (std::uncaught_exceptions() > exceptions) {
+    if (uncaught_exceptions(st) > exceptions) {
       for (auto i = static_cast<std::size_t>(first); i < st->undo.size(); ++i) {
         ffi::on_op_abort(slot, generation, st->undo[i]);
       }
