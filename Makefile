@@ -36,7 +36,7 @@ demo: setup
 	$(PY) examples/demo.py
 
 # Formatted by clang-format (.clang-format), checked by `make lint`.
-CPP_SOURCES := cpp/*.cpp cpp/*.h cpp/include/torchscan/*.h examples/cpp/main.cpp python/torchscan/_hooks.c python/torchscan/_wire.c python/torchscan/_guards.c
+CPP_SOURCES := cpp/*.cpp cpp/*.h benches/*.cpp cpp/include/torchscan/*.h examples/cpp/main.cpp python/torchscan/_hooks.c python/torchscan/_wire.c python/torchscan/_guards.c
 
 lint: $(VENV)/.deps
 	cargo fmt --check
