@@ -9,6 +9,7 @@ from typing import Any
 
 from . import _wire as _encoder
 from ._native import ops
+from ._parse import parse_report
 from .report import ReportDiff
 
 __all__ = ["compare_reports"]
@@ -162,5 +163,5 @@ def compare_reports(before: Any, after: Any) -> ReportDiff:
         raise ValueError(f"schema versions differ: {versions[0]} != {versions[1]}")
     if versions[0] != _SUPPORTED:
         raise ValueError(f"unsupported schema version: {versions[0]}")
-    diff: ReportDiff = json.loads(ops.compare_reports(_wire(reports[0], "before"), _wire(reports[1], "after")))
+    diff: ReportDiff = parse_report(ops.compare_reports(_wire(reports[0], "before"), _wire(reports[1], "after")))
     return diff

@@ -25,6 +25,7 @@ from ._guards import flags as training_flags
 from ._metadata import describe_call, describe_value
 from ._names import escape_name, module_aliases, named_modules
 from ._native import ops
+from ._parse import parse_report
 from ._pruning import Mask, masks
 from ._session import NativeSession
 from .errors import IncompleteAnalysisError
@@ -162,7 +163,7 @@ def _analyse(
             answer = session.end(lambda handle: ops.analysis_report(handle, text))
         else:
             answer = ops.analysis_report(0, text)
-        result = json.loads(answer)
+        result = parse_report(answer)
     except BaseException:
         if session is not None:
             session.abort()

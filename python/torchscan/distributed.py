@@ -17,6 +17,7 @@ from typing import Any, cast
 import torch
 
 from ._native import ops
+from ._parse import parse_report
 from .report import FlopReport, MergedReport, ThroughputReport
 
 __all__ = ["gather_reports", "merge_reports", "process_context"]
@@ -76,7 +77,7 @@ def merge_reports(
     payload: dict[str, Any] = {"reports": _sources(reports, "reports")}
     if throughput is not None:
         payload["throughput"] = _sources(throughput, "throughput")
-    return cast(MergedReport, json.loads(ops.merge_reports(json.dumps(payload))))
+    return cast(MergedReport, parse_report(ops.merge_reports(json.dumps(payload))))
 
 
 def gather_reports(
@@ -101,7 +102,7 @@ def gather_reports(
     mine = json.dumps({"report": report, "throughput": throughput})
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)
-    parts = [json.loads(text) for text in gathered]
+    parts = [parse_report(text) for text in gathered]
     timed = [p["throughput"] for p in parts]
     given = [t for t in timed if t is not None]
     if given and len(given) != len(timed):

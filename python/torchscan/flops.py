@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ._native import ops
+from ._parse import parse_report
 from ._session import NativeSession
 from .distributed import process_context
 from .report import FlopReport
@@ -78,7 +79,7 @@ def measure_flops(
     except BaseException:
         session.abort()
         raise
-    report: FlopReport = json.loads(session.finish())
+    report: FlopReport = parse_report(session.finish())
     return report
 
 
@@ -167,7 +168,7 @@ class FlopCounter:
             RuntimeError: the block has not been entered, has not exited yet, or raised.
         """
         if self._state == "done" and self._report is not None:
-            report: FlopReport = json.loads(self._report)
+            report: FlopReport = parse_report(self._report)
             return report
         raise RuntimeError(_NO_REPORT[self._state])
 
