@@ -1,14 +1,19 @@
 """What one `count_flops` block costs besides its operators' events: the fixed cost of opening
 and closing it, its first operator, and each distinct operator it meets.
 
-A training loop that counts every step pays these once per step. Each figure is the median over
-R interleaved rounds of N blocks, thread CPU time per block, against the same operators run bare:
+A training loop that counts every step pays these once per step. Each figure comes from R
+interleaved rounds of N blocks, thread CPU time per block, against the same operators run bare:
 
 - empty: `with count_flops(): pass` (and nothing else);
 - first operator: one `torch.add` (4x4) in the block, less the empty block and a bare add;
 - same operator again: each further `torch.add` in the block, less a bare add;
 - distinct operator: a block of add, mul, sub, div against a block of four adds (each operator
-  a session meets for the first time is described, and gets its own report entries).
+  a session meets for the first time is described, and gets its own report entries);
+- a tiny training step (Linear(64, 64) forward and backward on 8 rows) counted in its own
+  block, against the same step bare: what a loop that counts every step pays per step.
+
+Each figure is given as the median and the minimum over the rounds: on a shared machine the
+minimum is the steadier estimate of a fixed cost (noise only adds).
 
     python benches/session_costs.py [--blocks 300] [--rounds 9]
 """
@@ -21,6 +26,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 import torchscan
 
@@ -34,14 +40,16 @@ def per_block(work: Callable[[], object], blocks: int) -> float:
     return (time.thread_time() - start) / blocks
 
 
-def interleaved(variants: dict[str, Callable[[], object]], blocks: int, rounds: int) -> dict[str, float]:
-    """Microseconds per block, median over rounds that each run every variant once (so that a
-    machine's drift falls on all of them alike)."""
+def interleaved(
+    variants: dict[str, Callable[[], object]], blocks: int, rounds: int, pick: Callable[[list[float]], float]
+) -> dict[str, float]:
+    """Microseconds per block, `pick` (median or min) over rounds that each run every variant
+    once (so that a machine's drift falls on all of them alike)."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, work in variants.items():
             times[name].append(per_block(work, blocks))
-    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+    return {name: pick(t) * 1e6 for name, t in times.items()}
 
 
 def counted(ops: list[Callable[..., object]]) -> Callable[[], None]:
@@ -69,6 +77,15 @@ def main() -> None:
     torch.set_num_threads(1)
     same = [torch.add] * 4
     distinct = [torch.add, torch.mul, torch.sub, torch.div]
+    layer, rows = nn.Linear(64, 64), torch.randn(8, 64)
+
+    def step() -> None:
+        layer(rows).sum().backward()
+
+    def counted_step() -> None:
+        with torchscan.count_flops():
+            step()
+
     variants = {
         "empty": counted([]),
         "one add": counted([torch.add]),
@@ -77,15 +94,28 @@ def main() -> None:
         "four distinct": counted(distinct),
         "bare add": bare([torch.add]),
         "bare four distinct": bare(distinct),
+        "step": counted_step,
+        "bare step": step,
     }
-    interleaved(variants, args.blocks, 1)  # warm up
-    t = interleaved(variants, args.blocks, args.rounds)
-    print(f"count_flops blocks (thread CPU time per block, median of {args.rounds} x {args.blocks}):")
-    print(f"  empty block (open, close, no report read)   {t['empty']:6.1f} us")
-    print(f"  its first operator, added                   {t['one add'] - t['empty'] - t['bare add']:6.1f} us")
-    print(f"  the same operator again, added              {t['two adds'] - t['one add'] - t['bare add']:6.1f} us")
-    distinct_added = (t["four distinct"] - t["bare four distinct"]) - (t["four adds"] - 4 * t["bare add"])
-    print(f"  each distinct operator, added (of 3)        {distinct_added / 3:6.1f} us")
+    interleaved(variants, args.blocks, 1, min)  # warm up
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, t in interleaved(variants, args.blocks, 1, min).items():
+            times[name].append(t)
+    print(f"count_flops blocks (thread CPU time per block, {args.rounds} rounds x {args.blocks}): median / min")
+    rows_out = {
+        "empty block (open, close, no report read)": lambda t: t["empty"],
+        "its first operator, added": lambda t: t["one add"] - t["empty"] - t["bare add"],
+        "the same operator again, added": lambda t: t["two adds"] - t["one add"] - t["bare add"],
+        "each distinct operator, added (of 3)": lambda t: (
+            ((t["four distinct"] - t["bare four distinct"]) - (t["four adds"] - 4 * t["bare add"])) / 3
+        ),
+        "tiny training step counted per step, added": lambda t: t["step"] - t["bare step"],
+    }
+    for label, figure in rows_out.items():
+        median = figure({name: statistics.median(v) for name, v in times.items()})
+        least = figure({name: min(v) for name, v in times.items()})
+        print(f"  {label:<44} {median:6.1f} / {least:6.1f} us")
 
 
 if __name__ == "__main__":

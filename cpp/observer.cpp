@@ -499,11 +499,26 @@ inline bool orphaned_here(std::size_t slot) {
   return true;
 }
 
+// A slot's first event of a session on this thread: the state starts afresh, but the buffers
+// keep their capacity (a loop that opens a session per step would allocate them anew each time)
+// and the exception count's address (the thread's, for its lifetime).
+void renew(ThreadSlot& st, uint64_t generation) {
+  std::vector<int64_t> buffer = std::move(st.buffer);
+  std::vector<ffi::Receipt> undo = std::move(st.undo);
+  const unsigned int* uncaught = st.uncaught;
+  st = ThreadSlot{generation};
+  buffer.clear();
+  undo.clear();
+  st.buffer = std::move(buffer);
+  st.undo = std::move(undo);
+  st.uncaught = uncaught;
+}
+
 inline ThreadSlot* active(std::size_t slot, uint64_t& generation) {
   generation = g_generation[slot].load(std::memory_order_acquire);
   if (generation == 0) return nullptr;
   ThreadSlot& st = t_slots[slot];
-  if (st.generation != generation) st = ThreadSlot{generation};
+  if (st.generation != generation) renew(st, generation);
   return &st;
 }
 

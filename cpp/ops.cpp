@@ -97,6 +97,10 @@ int64_t live_sessions() {
   return static_cast<int64_t>(ffi::live_sessions());
 }
 
+int64_t kept_sessions() {
+  return static_cast<int64_t>(ffi::kept_sessions());
+}
+
 std::string module_metrics(const std::string& calls) {
   return std::string(call_core([&] { return ffi::module_metrics(calls); }));
 }
@@ -278,6 +282,20 @@ std::string end(int64_t handle) {
   return std::string(call_core([&] { return ffi::finish_session(handle, "[]"); }));
 }
 
+int64_t end_kept(int64_t handle) {
+  stop_observing(handle);
+  call_core([&] { return ffi::close_session(handle); });
+  return call_core([&] { return ffi::keep_session(handle); });
+}
+
+std::string kept_report(int64_t id) {
+  return std::string(call_core([&] { return ffi::kept_report(id); }));
+}
+
+void drop_kept(int64_t id) noexcept {
+  ffi::drop_kept(id);
+}
+
 std::string finish(int64_t handle, const std::string& custom_flops) {
   auto report = call_core([&] { return ffi::finish_session(handle, custom_flops); });
   return std::string(report);
@@ -345,6 +363,10 @@ TORCH_LIBRARY(torchscan, m) {
   def("pop_scope(int session) -> ()", &torchscan::sessions::pop_scope);
   def("name_modules(int session, int[] modules, str labels) -> ()", &torchscan::sessions::name_modules);
   def("end_session(int session) -> str", &torchscan::sessions::end);
+  def("end_kept(int session) -> int", &torchscan::sessions::end_kept);
+  def("kept_report(int kept) -> str", &torchscan::sessions::kept_report);
+  def("drop_kept(int kept) -> ()", [](int64_t id) { torchscan::sessions::drop_kept(id); });
+  def("kept_sessions() -> int", &torchscan::kept_sessions);
   def("module_hooks() -> int[]", &torchscan::module_hooks);
   def("enter_modules(int session, int[] modules) -> int", &torchscan::enter_modules);
   def("exit_modules(int session, int count) -> ()", &torchscan::exit_modules);

@@ -18,6 +18,12 @@ std::string finish(int64_t handle, const std::string& custom_flops);
 // Closes a session without custom formulas and returns its FlopReport (JSON): close and finish
 // in one call.
 std::string end(int64_t handle);
+// Closes a session without custom formulas and keeps it with its report unbuilt (its slot is
+// freed); returns the id its report is built by (`kept_report`, which frees it) or it is freed
+// unread by (`drop_kept`).
+int64_t end_kept(int64_t handle);
+std::string kept_report(int64_t id);
+void drop_kept(int64_t id) noexcept;
 // Frees a session in any state without a report; never throws.
 void discard(int64_t handle);
 void push_scope(int64_t handle, const std::string& label);

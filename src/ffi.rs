@@ -116,6 +116,14 @@ mod bridge {
         fn close_session(handle: i64) -> Result<String>;
         fn finish_session(handle: i64, custom_flops: &str) -> Result<String>;
         fn discard_session(handle: i64);
+        /// Moves a closed session without custom formulas out of its slot, its report unbuilt;
+        /// returns its id among the kept sessions.
+        fn keep_session(handle: i64) -> Result<i64>;
+        /// The FlopReport (JSON) of a kept session, which is freed.
+        fn kept_report(id: i64) -> Result<String>;
+        /// Frees a kept session unread; never fails.
+        fn drop_kept(id: i64);
+        fn kept_sessions() -> usize;
         /// A closed recording session, kept as a priced compiled graph; returns the graph's id.
         fn price_session(handle: i64) -> Result<i64>;
         fn push_scope(handle: i64, label: &str) -> Result<()>;
@@ -280,7 +288,7 @@ fn guarded<T>(f: impl FnOnce() -> crate::Result<T>) -> Result<T, String> {
 
 fn open_session(config: &str) -> Result<OpenedSession, String> {
     guarded(|| {
-        let (handle, observation) = registry::open(Config::from_json(config)?)?;
+        let (handle, observation) = registry::open(Config::from_json_cached(config)?)?;
         Ok(OpenedSession {
             handle: handle.pack(),
             slot: handle.slot,
@@ -301,6 +309,22 @@ fn finish_session(handle: i64, custom_flops: &str) -> Result<String, String> {
         let report = registry::finish(handle, &results)?;
         Ok(serde_json::to_string(&report).unwrap_or_default())
     })
+}
+
+fn keep_session(handle: i64) -> Result<i64, String> {
+    guarded(|| registry::keep(handle))
+}
+
+fn kept_report(id: i64) -> Result<String, String> {
+    guarded(|| Ok(serde_json::to_string(&registry::kept_report(id)?).unwrap_or_default()))
+}
+
+fn drop_kept(id: i64) {
+    let _ = catch_unwind(|| registry::drop_kept(id));
+}
+
+fn kept_sessions() -> usize {
+    catch_unwind(registry::kept_sessions).unwrap_or(0)
 }
 
 fn price_session(handle: i64) -> Result<i64, String> {

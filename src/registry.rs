@@ -6,7 +6,8 @@
 //! [`on_op_start`] for every operator event; it never panics out (see `ffi.rs`).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
@@ -134,6 +135,47 @@ pub fn finish(handle: i64, custom: &[CustomResult]) -> Result<FlopReport> {
             Err(Error::SessionStillOpen(handle))
         }
     })
+}
+
+/// Closed sessions kept for a report nobody has asked for yet (`keep`): a `count_flops` per
+/// training step builds its report only if the step's counter is read. They hold no slot, so
+/// that counters kept unread do not use up the sessions that can be open at once.
+static KEPT: Mutex<BTreeMap<i64, Session>> = Mutex::new(BTreeMap::new());
+static NEXT_KEPT: AtomicI64 = AtomicI64::new(1);
+
+fn kept() -> MutexGuard<'static, BTreeMap<i64, Session>> {
+    KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Moves a closed session out of its slot (freed) into the kept ones; returns its id there.
+pub fn keep(handle: i64) -> Result<i64> {
+    let session = with_slot(handle, |slot, handle| match slot.state.take() {
+        Some(State::Closed(session)) => Ok(session),
+        other => {
+            slot.state = other;
+            Err(Error::SessionStillOpen(handle))
+        }
+    })?;
+    let id = NEXT_KEPT.fetch_add(1, Ordering::Relaxed);
+    kept().insert(id, session);
+    Ok(id)
+}
+
+/// The report of a kept session (without custom formulas), which is freed.
+pub fn kept_report(id: i64) -> Result<FlopReport> {
+    let session = kept().remove(&id).ok_or(Error::UnknownSession(id))?;
+    session.into_report(&[])
+}
+
+/// Frees a kept session unread. Unknown ids are ignored.
+pub fn drop_kept(id: i64) {
+    let session = kept().remove(&id);
+    drop(session); // after the lock is released
+}
+
+/// Kept sessions not yet read or dropped (for leak checks in tests).
+pub fn kept_sessions() -> usize {
+    kept().len()
 }
 
 /// Turns a closed recording session into a priced compiled graph (`session::priced`) and frees
@@ -439,6 +481,37 @@ mod tests {
         assert!(!enter_module_in(all, 1));
         discard(named);
         LABELLING.with_borrow(|sessions| assert!(sessions.is_empty(), "{sessions:?}"));
+    }
+
+    #[test]
+    fn a_kept_session_leaves_its_slot_and_reports_as_finish_would() {
+        // Two sessions labelled alike, one finished at once, one kept and reported later.
+        let finished = labelling("named");
+        let kept_handle = labelling("named");
+        for handle in [finished, kept_handle] {
+            name_modules(handle, &[7], &["Net"]).unwrap();
+            close(handle).unwrap();
+        }
+        let expected = finish(finished, &[]).unwrap();
+        let id = keep(kept_handle).unwrap();
+        // Its slot is free: the handle is unknown there now.
+        assert!(matches!(keep(kept_handle), Err(Error::UnknownSession(_))));
+        assert!(kept().contains_key(&id));
+        let report = kept_report(id).unwrap();
+        assert_eq!(serde_json::to_string(&report).unwrap(), serde_json::to_string(&expected).unwrap());
+        // Read once: the kept session is gone; dropping it again is harmless.
+        assert!(matches!(kept_report(id), Err(Error::UnknownSession(_))));
+        drop_kept(id);
+        // An open session cannot be kept (it must be closed first), and stays open.
+        let open_handle = labelling("named");
+        assert!(matches!(keep(open_handle), Err(Error::SessionStillOpen(_))));
+        discard(open_handle);
+        // One dropped unread is freed.
+        let dropped = labelling("named");
+        close(dropped).unwrap();
+        let dropped_id = keep(dropped).unwrap();
+        drop_kept(dropped_id);
+        assert!(!kept().contains_key(&dropped_id));
     }
 
     #[test]

@@ -22,11 +22,13 @@ from ._guards import Guard
 from ._labels import start_labels
 from ._native import ops
 
-__all__ = ["NativeSession"]
+__all__ = ["NativeSession", "kept_report"]
 
 # The operators' C entry points: a guard calls them with no Python line in between.
 _open = ops.open_session.default._op
 _discard = ops.discard_session.default._op
+_end_kept = ops.end_kept.default._op
+_drop_kept = ops.drop_kept.default._op
 
 
 class NativeSession:
@@ -80,6 +82,24 @@ class NativeSession:
             session.detach()  # freed by the finisher
         return report
 
+    def keep(self) -> Guard:
+        """Stops counting and keeps the session with its report unbuilt (a session without
+        custom formulas): the guard holds its id among the kept sessions, for
+        :func:`kept_report`, and frees it unread when released or collected. The session is
+        discarded if anything raises."""
+        try:
+            if not self._closed:
+                self._remove_labels()
+                self._closed = True
+            kept = Guard(_end_kept, _drop_kept, self.handle)
+        except BaseException:
+            self.abort()
+            raise
+        session = self._session
+        if session is not None:
+            session.detach()  # moved to the kept sessions
+        return kept
+
     def abort(self) -> None:
         """Stops counting and frees the session without a report (the work raised)."""
         self._remove_labels()
@@ -91,3 +111,11 @@ class NativeSession:
         registration, self._registration = self._registration, None
         if registration is not None:
             registration.release()
+
+
+def kept_report(kept: Guard) -> str:
+    """The FlopReport (JSON) of the session :meth:`NativeSession.keep` kept, built now; the
+    kept session is freed (the guard has nothing left to release)."""
+    report: str = ops.kept_report(kept.value)
+    kept.detach()
+    return report

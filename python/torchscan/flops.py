@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import operator
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
@@ -17,9 +18,10 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import nn
 
+from ._guards import Guard, hold
 from ._native import ops
 from ._parse import parse_report
-from ._session import NativeSession
+from ._session import NativeSession, kept_report
 from .distributed import process_context
 from .report import FlopReport
 
@@ -108,6 +110,13 @@ class _Session:
             raise
         return self._native.end(lambda handle: ops.finish_session(handle, results))
 
+    def keep(self) -> Guard | None:
+        """Stops counting and keeps the session with its report unbuilt (``kept_report`` builds
+        it); None when custom formulas must be priced now, which :meth:`finish` does."""
+        if self._formulas:
+            return None
+        return self._native.keep()
+
     def abort(self) -> None:
         """Stops counting and frees the session without a report (the work raised)."""
         self._native.abort()
@@ -132,8 +141,11 @@ class FlopCounter:
         # Validated here, so that a bad argument fails before any work runs.
         self._session = _Session(_config(modules, custom_mapping, threads))
         self._state: Literal["ready", "counting", "done", "failed"] = "ready"
-        # The report's JSON: parsed by report(), so that a loop that counts every step and reads
-        # few reports pays for the parse only when it reads one.
+        # The report, built by the first report() from the kept session (a loop that counts
+        # every step and reads few reports pays for a report only when it reads one); then its
+        # JSON, parsed by each report(). Counts with custom formulas are priced, and their
+        # report built, when the block exits (the formulas must not run inside a later block).
+        self._kept: Guard | None = None
         self._report: str | None = None
 
     def __enter__(self) -> FlopCounter:
@@ -155,7 +167,9 @@ class FlopCounter:
             self._session.abort()
             return
         try:
-            self._report = self._session.finish()
+            self._kept = self._session.keep()
+            if self._kept is None:
+                self._report = self._session.finish()
         except BaseException:
             self._state = "failed"
             raise
@@ -167,10 +181,19 @@ class FlopCounter:
         Raises:
             RuntimeError: the block has not been entered, has not exited yet, or raised.
         """
-        if self._state == "done" and self._report is not None:
-            report: FlopReport = parse_report(self._report)
-            return report
+        if self._state == "done":
+            if self._report is None:
+                with hold(_FIRST_READ):  # two threads reading one counter build its report once
+                    kept, self._kept = self._kept, None
+                    if kept is not None:
+                        self._report = kept_report(kept)
+            if self._report is not None:
+                report: FlopReport = parse_report(self._report)
+                return report
         raise RuntimeError(_NO_REPORT[self._state])
+
+
+_FIRST_READ = threading.Lock()
 
 
 _NO_REPORT = {
@@ -178,6 +201,7 @@ _NO_REPORT = {
     "then call counter.report() after the block)",
     "counting": "count_flops has no report while counting: call counter.report() after the `with` block exits",
     "failed": "count_flops has no report: the counted block (or finishing the count) raised an exception",
+    "done": "count_flops has no report: building it failed (the first report() call raised the error)",
 }
 
 

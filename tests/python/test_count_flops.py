@@ -1,6 +1,7 @@
 """count_flops: the context-manager form of measure_flops (training loops)."""
 
 import copy
+import threading
 
 import pytest
 import torch
@@ -251,3 +252,72 @@ def test_registered_formulas_do_not_replace_the_registry_for_aten_operators():
     a, b = torch.randn(3, 4), torch.randn(4, 5)
     report = torchscan.measure_flops(lambda: a @ b)
     assert report["by_category"] == {"matmul": 120}
+
+
+# ---- the report built when first read (a counter per training step, few of them read) ----
+
+
+def _mm_counter(a):
+    with torchscan.count_flops(modules=[]) as counter:
+        torch.mm(a, a)
+    return counter
+
+
+def test_unread_counters_hold_no_session_slot():
+    # More counters than sessions can be open at once (64): their sessions, closed with their
+    # reports unbuilt, are kept out of the slots.
+    a = torch.randn(4, 4)
+    before = torch.ops.torchscan.kept_sessions()
+    counters = [_mm_counter(a) for _ in range(100)]
+    assert torch.ops.torchscan.live_sessions() == 0
+    assert torch.ops.torchscan.kept_sessions() == before + 100
+    with torchscan.count_flops() as other:  # a new session still opens
+        torch.mm(a, a)
+    for counter in counters:
+        assert counter.report()["total"]["value"] == 2 * 4 * 4 * 4
+    assert torch.ops.torchscan.kept_sessions() == before + 1  # `other`, unread
+    assert other.report()["by_operator"] == {"aten.mm": 128}
+    assert torch.ops.torchscan.kept_sessions() == before
+
+
+def test_an_unread_counter_frees_its_kept_session_when_dropped():
+    a = torch.randn(4, 4)
+    before = torch.ops.torchscan.kept_sessions()
+    counter = _mm_counter(a)
+    assert torch.ops.torchscan.kept_sessions() == before + 1
+    del counter
+    assert torch.ops.torchscan.kept_sessions() == before
+
+
+def test_a_report_built_late_equals_one_built_at_once():
+    model = small_net().train()
+    x = torch.randn(2, 3, 8, 8)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+
+    with torchscan.count_flops() as late:
+        step()
+    step()  # more work between the block and the first read changes nothing
+    expected = torchscan.measure_flops(step)
+    assert late.report() == expected
+    assert late.report() == expected  # read again: the same report, from the built one
+
+
+def test_threads_reading_one_counter_first_get_the_same_report():
+    a = torch.randn(8, 8)
+    counter = _mm_counter(a)
+    results, barrier = [], threading.Barrier(4)
+
+    def read():
+        barrier.wait()
+        results.append(counter.report())
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(results) == 4 and all(r == results[0] for r in results)
+    assert results[0]["total"]["value"] == 2 * 8 * 8 * 8

@@ -85,6 +85,7 @@ def _profiler_slot_free():
 def _state():
     return {
         "live sessions": int(ops.live_sessions()),
+        "kept sessions": int(ops.kept_sessions()),
         "hook entries": [len(d) for d in _HOOK_DICTS],
         "labellers": len(_labels._labellers),
         "recorders": len(_labels._recorders),
