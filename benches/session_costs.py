@@ -40,16 +40,14 @@ def per_block(work: Callable[[], object], blocks: int) -> float:
     return (time.thread_time() - start) / blocks
 
 
-def interleaved(
-    variants: dict[str, Callable[[], object]], blocks: int, rounds: int, pick: Callable[[list[float]], float]
-) -> dict[str, float]:
-    """Microseconds per block, `pick` (median or min) over rounds that each run every variant
-    once (so that a machine's drift falls on all of them alike)."""
+def interleaved(variants: dict[str, Callable[[], object]], blocks: int, rounds: int) -> dict[str, list[float]]:
+    """Microseconds per block of each variant, one sample per round; each round runs every
+    variant once (so that a machine's drift falls on all of them alike)."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, work in variants.items():
-            times[name].append(per_block(work, blocks))
-    return {name: pick(t) * 1e6 for name, t in times.items()}
+            times[name].append(per_block(work, blocks) * 1e6)
+    return times
 
 
 def counted(ops: list[Callable[..., object]]) -> Callable[[], None]:
@@ -97,11 +95,8 @@ def main() -> None:
         "step": counted_step,
         "bare step": step,
     }
-    interleaved(variants, args.blocks, 1, min)  # warm up
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.rounds):
-        for name, t in interleaved(variants, args.blocks, 1, min).items():
-            times[name].append(t)
+    interleaved(variants, args.blocks, 1)  # warm up
+    times = interleaved(variants, args.blocks, args.rounds)
     print(f"count_flops blocks (thread CPU time per block, {args.rounds} rounds x {args.blocks}): median / min")
     rows_out = {
         "empty block (open, close, no report read)": lambda t: t["empty"],
