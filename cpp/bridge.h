@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +20,56 @@ namespace torchscan::ffi {
 
 struct EventDescription;
 
+// A thread's encoded arguments (src/args.rs describes the stream). Its storage only grows, and
+// is kept across events and sessions: appending is a capacity check and plain stores, with no
+// value-initialization of what is about to be written (std::vector's resize would zero it).
+class ArgBuffer {
+ public:
+  ArgBuffer() = default;
+  ArgBuffer(ArgBuffer&& other) noexcept : storage_(std::move(other.storage_)), size_(other.size_) {
+    other.size_ = 0;
+  }
+  ArgBuffer& operator=(ArgBuffer&& other) noexcept {
+    storage_ = std::move(other.storage_);
+    size_ = other.size_;
+    other.size_ = 0;
+    return *this;
+  }
+  void clear() noexcept {
+    size_ = 0;
+  }
+  std::size_t size() const noexcept {
+    return size_;
+  }
+  const int64_t* data() const noexcept {
+    return storage_.data();
+  }
+  void push(int64_t value) {
+    if (size_ == storage_.size()) [[unlikely]]
+      grow(size_ + 1);
+    storage_[size_++] = value;
+  }
+  // Room for `n` more values, to be written through the pointer.
+  int64_t* extend(std::size_t n) {
+    if (size_ + n > storage_.size()) [[unlikely]]
+      grow(size_ + n);
+    int64_t* at = storage_.data() + size_;
+    size_ += n;
+    return at;
+  }
+  void truncate(std::size_t size) noexcept {
+    if (size < size_) size_ = size;
+  }
+
+ private:
+  // Out of line: the steady state never grows.
+  [[gnu::noinline, gnu::cold]] void grow(std::size_t needed) {
+    storage_.resize(std::max<std::size_t>(needed, 2 * storage_.size() + 32));
+  }
+  std::vector<int64_t> storage_;
+  std::size_t size_ = 0;
+};
+
 // One dispatcher event, valid for the duration of a start or end callback: the operator's own
 // arguments (read once per event: finding them looks up the operator's schema), and the calling
 // thread's buffer for its encoded arguments.
@@ -26,7 +77,7 @@ struct OpEvent {
   const at::RecordFunction* fn;
   const c10::IValue* args;
   std::size_t num_args;
-  std::vector<int64_t>* buffer;
+  ArgBuffer* buffer;
 };
 
 // All three are noexcept: an exception must never cross into Rust. The encoded arguments live

@@ -61,7 +61,7 @@ constexpr int64_t kSparse = static_cast<int64_t>(ArgTag::Sparse);
 constexpr int64_t kPacked = static_cast<int64_t>(ArgTag::Packed);
 constexpr int64_t kGroup = static_cast<int64_t>(ArgTag::Group);
 
-using Buffer = std::vector<int64_t>;
+using Buffer = ArgBuffer;
 
 }  // namespace
 
@@ -99,18 +99,15 @@ bool is_strided_nested(const at::Tensor& t) {
 bool push_tensor_record(const at::Tensor& t, Buffer& out) {
   if (!t.defined()) return false;
   if (is_strided_nested(t)) {
-    out.push_back(static_cast<int64_t>(t.scalar_type()));
-    out.push_back(1);
-    out.push_back(t.numel());
+    out.push(static_cast<int64_t>(t.scalar_type()));
+    out.push(1);
+    out.push(t.numel());
     return true;
   }
   if (t.is_nested()) return false;
   auto sizes = t.sizes();
-  // One resize (within the reused buffer's capacity) and plain stores: the hot path's
-  // commonest record, where a push_back per value costs a capacity check and a call each.
-  std::size_t at = out.size();
-  out.resize(at + 2 + sizes.size());
-  int64_t* record = out.data() + at;
+  // One capacity check and plain stores: the hot path's commonest record.
+  int64_t* record = out.extend(2 + sizes.size());
   record[0] = static_cast<int64_t>(t.scalar_type());
   record[1] = static_cast<int64_t>(sizes.size());
   std::copy(sizes.begin(), sizes.end(), record + 2);
@@ -184,7 +181,9 @@ bool read_packed(const c10::intrusive_ptr<c10::ivalue::Object>& object, std::vec
   at::RecordFunctionGuard no_observers(false);
   c10::IValue weight =
       linear ? call_method(object, "unpack").toTupleRef().elements().at(0) : call_method(object, "weight");
-  if (!weight.isTensor() || !push_tensor_record(weight.toTensor(), record)) return false;
+  Buffer weight_record;
+  if (!weight.isTensor() || !push_tensor_record(weight.toTensor(), weight_record)) return false;
+  record.assign(weight_record.data(), weight_record.data() + weight_record.size());
   if (linear) {
     record.push_back(0);
     return true;
@@ -204,8 +203,8 @@ bool encode_packed(const c10::IValue& v, Buffer& out) {
   const auto& object = v.toObject();
   for (const auto& entry : t_packed) {
     if (entry.object._unsafe_get_target() == object.get()) {
-      out.push_back(kPacked);
-      out.insert(out.end(), entry.record.begin(), entry.record.end());
+      out.push(kPacked);
+      std::copy(entry.record.begin(), entry.record.end(), out.extend(entry.record.size()));
       return true;
     }
   }
@@ -217,8 +216,8 @@ bool encode_packed(const c10::IValue& v, Buffer& out) {
       t_packed.end());
   if (t_packed.size() >= kPackedCacheSize) t_packed.erase(t_packed.begin());
   t_packed.push_back(PackedEntry{c10::weak_intrusive_ptr<c10::ivalue::Object>(object), record});
-  out.push_back(kPacked);
-  out.insert(out.end(), record.begin(), record.end());
+  out.push(kPacked);
+  std::copy(record.begin(), record.end(), out.extend(record.size()));
   return true;
 }
 
@@ -226,59 +225,60 @@ void encode(const c10::IValue& v, Buffer& out) {
   if (v.isTensor() && v.toTensor().defined() && is_sparse_layout(v.toTensor().layout())) {
     // Never a TENSOR record: no dense formula may price it by its dense shape.
     const at::Tensor& t = v.toTensor();
-    out.push_back(kSparse);
-    out.push_back(static_cast<int64_t>(t.layout()));
-    out.push_back(stored_values(t));
+    out.push(kSparse);
+    out.push(static_cast<int64_t>(t.layout()));
+    out.push(stored_values(t));
     push_tensor_record(t, out);
   } else if (v.isTensor()) {
-    out.push_back(kTensor);
+    out.push(kTensor);
     if (!push_tensor_record(v.toTensor(), out)) {
-      out.pop_back();
-      out.push_back(v.toTensor().defined() ? kOther : kNone);
+      out.truncate(out.size() - 1);
+      out.push(v.toTensor().defined() ? kOther : kNone);
     }
   } else if (v.isInt()) {
-    out.push_back(kInt);
-    out.push_back(v.toInt());
+    out.push(kInt);
+    out.push(v.toInt());
   } else if (v.isSymInt()) {
     auto maybe = v.toSymInt().maybe_as_int();
     if (maybe) {
-      out.push_back(kInt);
-      out.push_back(*maybe);
+      out.push(kInt);
+      out.push(*maybe);
     } else {
-      out.push_back(kOther);
+      out.push(kOther);
     }
   } else if (v.isDouble()) {
     double d = v.toDouble();
     int64_t bits;
     static_assert(sizeof bits == sizeof d);
     std::memcpy(&bits, &d, sizeof bits);
-    out.push_back(kDouble);
-    out.push_back(bits);
+    out.push(kDouble);
+    out.push(bits);
   } else if (v.isBool()) {
-    out.push_back(kBool);
-    out.push_back(v.toBool() ? 1 : 0);
+    out.push(kBool);
+    out.push(v.toBool() ? 1 : 0);
   } else if (v.isNone()) {
-    out.push_back(kNone);
+    out.push(kNone);
   } else if (v.isIntList()) {
     const auto& list = v.toIntList();
-    out.push_back(kIntList);
-    out.push_back(static_cast<int64_t>(list.size()));
-    for (int64_t x : list) out.push_back(x);
+    out.push(kIntList);
+    out.push(static_cast<int64_t>(list.size()));
+    int64_t* values = out.extend(list.size());
+    for (int64_t x : list) *values++ = x;
   } else if (v.isBoolList()) {
     const auto& list = v.toBoolList();
-    out.push_back(kBoolList);
-    out.push_back(static_cast<int64_t>(list.size()));
-    for (bool x : list) out.push_back(x ? 1 : 0);
+    out.push(kBoolList);
+    out.push(static_cast<int64_t>(list.size()));
+    for (bool x : list) out.push(x ? 1 : 0);
   } else if (v.isTensorList()) {
     const auto& list = v.toTensorList();
     size_t start = out.size();
-    out.push_back(kTensorList);
-    out.push_back(static_cast<int64_t>(list.size()));
+    out.push(kTensorList);
+    out.push(static_cast<int64_t>(list.size()));
     for (const at::Tensor& t : list) {
       if ((t.defined() && is_sparse_layout(t.layout())) || !push_tensor_record(t, out)) {
         // A list with undefined, nested or sparse tensors has no shape list to offer.
-        out.resize(start);
-        out.push_back(kOther);
+        out.truncate(start);
+        out.push(kOther);
         return;
       }
     }
@@ -289,9 +289,9 @@ void encode(const c10::IValue& v, Buffer& out) {
     } catch (...) {
       packed = false;  // a packed weight whose methods failed: priced as unknown
     }
-    if (!packed) out.push_back(kOther);
+    if (!packed) out.push(kOther);
   } else {
-    out.push_back(kOther);
+    out.push(kOther);
   }
 }
 
@@ -376,7 +376,10 @@ rust::Slice<const int64_t> read_collective_inputs(const OpEvent& event) noexcept
       int64_t size = 0;
       int64_t rank = 0;
       if ((v.isObject() || v.isString()) && collectives::group_of(v, size, rank)) {
-        out.insert(out.end(), {kGroup, size, rank});
+        int64_t* group = out.extend(3);
+        group[0] = kGroup;
+        group[1] = size;
+        group[2] = rank;
       } else {
         encode(v, out);
       }
@@ -456,11 +459,15 @@ struct ThreadSlot {
   std::array<std::array<int64_t, 3>, kMaxClaims> wrapper{};
   std::vector<ffi::Receipt> undo;  // receipts of kernels that returned inside open wrapper calls
   // Encoded arguments: reused, so encoding allocates only while it grows (and once per session).
-  std::vector<int64_t> buffer;
+  ffi::ArgBuffer buffer;
   // This thread's count of uncaught exceptions (see uncaught_exceptions), found at first use.
   const unsigned int* uncaught = nullptr;
+  // Whether this thread may be running an autograd graph task: it entered an autograd node in
+  // this session, or was inside a graph task at the session's first event here. A graph task
+  // runs nodes first (the root, or the output's node): work between nodes comes after one on
+  // the same thread. Until then forward operators skip the engine's thread-local lookup.
+  bool engine = false;
 };
-thread_local std::array<ThreadSlot, kSlots> t_slots;
 
 // std::uncaught_exceptions(), which reads the count from the thread's exception globals (the
 // Itanium C++ ABI's __cxa_eh_globals, which libstdc++ and libc++abi lay out alike: the stack of
@@ -487,11 +494,18 @@ struct Installed {
   uint64_t generation = 0;
   uint64_t callback = 0;
 };
-thread_local std::array<Installed, kSlots> t_installed;
+
+// All of a thread's observer state, in one thread-local (each thread-local of a shared library
+// costs a lookup call per access): looked up once per callback.
+struct ThreadState {
+  std::array<ThreadSlot, kSlots> slots;
+  std::array<Installed, kSlots> installed;
+};
+thread_local ThreadState t_state;
 
 // True when this thread's callback for `slot` belongs to a session that is gone (now removed).
-inline bool orphaned_here(std::size_t slot) {
-  Installed& mine = t_installed[slot];
+inline bool orphaned_here(ThreadState& ts, std::size_t slot) {
+  Installed& mine = ts.installed[slot];
   if (mine.callback == 0 || mine.generation == g_generation[slot].load(std::memory_order_acquire)) return false;
   // Safe inside a callback: the running RecordFunction holds its own copy of the callbacks.
   at::removeCallback(mine.callback);
@@ -503,7 +517,7 @@ inline bool orphaned_here(std::size_t slot) {
 // keep their capacity (a loop that opens a session per step would allocate them anew each time)
 // and the exception count's address (the thread's, for its lifetime).
 void renew(ThreadSlot& st, uint64_t generation) {
-  std::vector<int64_t> buffer = std::move(st.buffer);
+  ffi::ArgBuffer buffer = std::move(st.buffer);
   std::vector<ffi::Receipt> undo = std::move(st.undo);
   const unsigned int* uncaught = st.uncaught;
   st = ThreadSlot{generation};
@@ -512,12 +526,13 @@ void renew(ThreadSlot& st, uint64_t generation) {
   st.buffer = std::move(buffer);
   st.undo = std::move(undo);
   st.uncaught = uncaught;
+  st.engine = torch::autograd::get_current_graph_task_id() != -1;
 }
 
-inline ThreadSlot* active(std::size_t slot, uint64_t& generation) {
+inline ThreadSlot* active(ThreadState& ts, std::size_t slot, uint64_t& generation) {
   generation = g_generation[slot].load(std::memory_order_acquire);
   if (generation == 0) return nullptr;
-  ThreadSlot& st = t_slots[slot];
+  ThreadSlot& st = ts.slots[slot];
   if (st.generation != generation) renew(st, generation);
   return &st;
 }
@@ -584,9 +599,9 @@ inline void push_claim(ThreadSlot* st, bool pending, bool kernel, const ffi::Rec
   st->claim[st->claims++] = Claim{st->depth, uncaught_exceptions(st), pending, kernel, receipt};
 }
 
-void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
+void on_start(ThreadState& ts, std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   uint64_t generation;
-  ThreadSlot* st = active(slot, generation);
+  ThreadSlot* st = active(ts, slot, generation);
   if (!st) return;
   ++st->depth;
   if (st->claims > 0) {
@@ -608,6 +623,7 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   }
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
     // An autograd node, not an operator: what runs inside it is backward work.
+    st->engine = true;
     if (st->backward_from == 0) {
       st->backward_from = st->depth;
       st->backward_sequence = fn.seqNr();
@@ -629,7 +645,9 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   // (the sum that reduces a bias gradient over the batch): that work belongs to the node that
   // just ran, the last one entered on this thread.
   bool in_node = st->backward_from != 0;
-  bool backward = in_node || torch::autograd::get_current_graph_task_id() != -1;
+  // (The detecting callback does not see autograd nodes: on threads nobody follows, always look.)
+  bool engine = st->engine || origin == Origin::Unfollowed;
+  bool backward = in_node || (engine && torch::autograd::get_current_graph_task_id() != -1);
   int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
   ffi::Receipt receipt{};
   ffi::OpStart start{
@@ -644,9 +662,9 @@ void on_start(std::size_t slot, const at::RecordFunction& fn, Origin origin) {
   }
 }
 
-void on_end(std::size_t slot, const at::RecordFunction& fn) {
+void on_end(ThreadState& ts, std::size_t slot, const at::RecordFunction& fn) {
   uint64_t generation;
-  ThreadSlot* st = active(slot, generation);
+  ThreadSlot* st = active(ts, slot, generation);
   if (!st || st->depth == 0) return;
   if (st->claims > 0 && st->claim[st->claims - 1].depth == st->depth) {
     const Claim& claim = st->claim[--st->claims];
@@ -684,13 +702,13 @@ std::unique_ptr<at::ObserverContext> start_trampoline(const at::RecordFunction& 
   if (at::RecordFunction::currentThreadId() != g_owner[Slot].load(std::memory_order_relaxed)) {
     origin = Origin::Foreign;
   }
-  on_start(Slot, fn, origin);
+  on_start(t_state, Slot, fn, origin);
   return nullptr;
 }
 
 template <std::size_t Slot>
 void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  on_end(Slot, fn);
+  on_end(t_state, Slot, fn);
 }
 
 // The counting callback otherwise: thread-local (the session's thread, and the threads that
@@ -699,15 +717,17 @@ void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
 // own callback (a global one, when that session counts every thread).
 template <std::size_t Slot>
 std::unique_ptr<at::ObserverContext> thread_start_trampoline(const at::RecordFunction& fn) {
-  if (orphaned_here(Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return nullptr;
-  on_start(Slot, fn, Origin::Followed);
+  ThreadState& ts = t_state;
+  if (orphaned_here(ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return nullptr;
+  on_start(ts, Slot, fn, Origin::Followed);
   return nullptr;
 }
 
 template <std::size_t Slot>
 void thread_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (orphaned_here(Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return;
-  on_end(Slot, fn);
+  ThreadState& ts = t_state;
+  if (orphaned_here(ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return;
+  on_end(ts, Slot, fn);
 }
 
 // The detecting callback (global, beside a thread-local counting one): operators on threads
@@ -716,13 +736,13 @@ void thread_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
 // callbacks is followed (by this session or another): the check costs one TLS read there.
 template <std::size_t Slot>
 std::unique_ptr<at::ObserverContext> detect_start_trampoline(const at::RecordFunction& fn) {
-  if (!at::hasThreadLocalCallbacks()) on_start(Slot, fn, Origin::Unfollowed);
+  if (!at::hasThreadLocalCallbacks()) on_start(t_state, Slot, fn, Origin::Unfollowed);
   return nullptr;
 }
 
 template <std::size_t Slot>
 void detect_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (!at::hasThreadLocalCallbacks()) on_end(Slot, fn);
+  if (!at::hasThreadLocalCallbacks()) on_end(t_state, Slot, fn);
 }
 
 struct Trampolines {
@@ -755,14 +775,14 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
                       .needsOutputs(capture_outputs)
                       .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
   // A callback this thread still carries for a session of this slot that was closed elsewhere.
-  orphaned_here(slot);
+  orphaned_here(t_state, slot);
   Callbacks callbacks;
   if (all_threads) {
     callbacks.counting = at::addGlobalCallback(counting);
     return callbacks;
   }
   callbacks.counting = at::addThreadLocalCallback(counting);
-  t_installed[slot] = Installed{generation, callbacks.counting};
+  t_state.installed[slot] = Installed{generation, callbacks.counting};
   try {
     auto detecting = at::RecordFunctionCallback(kTrampolines[slot].detect_start, kTrampolines[slot].detect_end)
                          .scopes({at::RecordScope::FUNCTION});
@@ -779,7 +799,8 @@ void stop(std::size_t slot, Callbacks callbacks) {
   g_generation[slot].store(0, std::memory_order_release);
   if (callbacks.counting != 0) at::removeCallback(callbacks.counting);
   if (callbacks.detecting != 0) at::removeCallback(callbacks.detecting);
-  if (t_installed[slot].callback == callbacks.counting) t_installed[slot] = Installed{};
+  Installed& mine = t_state.installed[slot];
+  if (mine.callback == callbacks.counting) mine = Installed{};
 }
 
 void orphan(std::size_t slot, Callbacks callbacks) {

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::error::{Error, Result};
 use crate::host_frames;
 use crate::report::FlopReport;
-use crate::session::{Config, CustomResult, Decision, Entered, OpCall, OpEvent, Receipt, Session};
+use crate::session::{Config, CustomResult, Decision, Entered, OpCall, OpEvent, PriceMemos, Receipt, Session};
 
 pub const MAX_SESSIONS: usize = 64;
 const SLOT_BITS: u32 = 6;
@@ -29,9 +29,12 @@ enum State {
 struct Slot {
     generation: u64,
     state: Option<State>,
+    /// Formula prices the slot's last session remembered, for its next (`session/memo.rs`).
+    memos: Option<PriceMemos>,
 }
 
-static SLOTS: [Mutex<Slot>; MAX_SESSIONS] = [const { Mutex::new(Slot { generation: 0, state: None }) }; MAX_SESSIONS];
+static SLOTS: [Mutex<Slot>; MAX_SESSIONS] =
+    [const { Mutex::new(Slot { generation: 0, state: None, memos: None }) }; MAX_SESSIONS];
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// A handle split into its parts.
@@ -71,7 +74,7 @@ pub struct Observation {
 
 /// Opens a session; returns its handle and how the shim must observe it.
 pub fn open(config: Config) -> Result<(Handle, Observation)> {
-    let session = Session::new(config);
+    let mut session = Session::new(config);
     let observation = Observation { capture_outputs: session.needs_outputs(), all_threads: session.all_threads() };
     let labels_modules = session.labels_modules();
     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
@@ -79,6 +82,9 @@ pub fn open(config: Config) -> Result<(Handle, Observation)> {
         let mut guard = lock(slot);
         if guard.state.is_none() {
             guard.generation = generation;
+            if let Some(memos) = guard.memos.take() {
+                session.adopt_memos(memos);
+            }
             guard.state = Some(State::Open(session));
             let handle = Handle { slot, generation };
             drop(guard);
@@ -114,8 +120,9 @@ fn with_slot<T>(handle: i64, f: impl FnOnce(&mut Slot, i64) -> Result<T>) -> Res
 pub fn close(handle: i64) -> Result<String> {
     stop_labelling(handle);
     with_slot(handle, |slot, handle| match slot.state.take() {
-        Some(State::Open(session)) => {
+        Some(State::Open(mut session)) => {
             let pending = session.pending_custom_json();
+            slot.memos = Some(session.take_memos());
             slot.state = Some(State::Closed(session));
             Ok(pending)
         }

@@ -32,11 +32,13 @@ use crate::scopes::ScopeTree;
 mod assemble;
 mod communication;
 mod config;
+mod memo;
 mod modules;
 pub mod priced;
 
 pub use assemble::{parse_custom_results, CustomResult};
 pub use config::{Config, Labelling, BUILT_AGAINST_TORCH};
+pub use memo::PriceMemos;
 pub use modules::Entered;
 
 /// What the shim learns about an operator the first time a session sees it.
@@ -280,6 +282,9 @@ pub struct Session {
     op_by_name: HashMap<String, usize>,
     /// Operator-name address -> index into `ops`; only dispatcher operators (stable addresses).
     cache: HashMap<usize, usize, BuildHasherDefault<AddressHasher>>,
+    /// Per formula (index into `formulas::FORMULAS`): the prices of its last calls (`memo.rs`),
+    /// handed from one session to the next of its registry slot.
+    memos: PriceMemos,
     total: Counter,
     phases: [Counter; 2],
     /// Integer operations of quantized kernels (category `Integer`): not FLOPs, so in no FLOP
@@ -316,6 +321,7 @@ impl Session {
             ops: Vec::new(),
             op_by_name: HashMap::new(),
             cache: HashMap::default(),
+            memos: PriceMemos::default(),
             total: Counter::default(),
             phases: [Counter::default(), Counter::default()],
             integer: Counter::default(),
@@ -333,6 +339,16 @@ impl Session {
             modules,
             collectives: communication::Collectives::default(),
         }
+    }
+
+    /// Takes the prices remembered so far (for the next session of the same slot).
+    pub fn take_memos(&mut self) -> PriceMemos {
+        std::mem::take(&mut self.memos)
+    }
+
+    /// Starts from the prices an earlier session remembered.
+    pub fn adopt_memos(&mut self, memos: PriceMemos) {
+        self.memos = memos;
     }
 
     pub fn needs_outputs(&self) -> bool {
@@ -457,10 +473,20 @@ impl Session {
         event: &dyn OpEvent,
     ) -> Result<Decision, Outcome> {
         let inputs = event.inputs();
-        let result = if index_stream(inputs, &mut self.offsets) {
-            formulas::FORMULAS[index].price(&Args::new(inputs, &self.offsets))
-        } else {
-            Err(FormulaError::UnexpectedShape)
+        let memo = self.memos.of(index);
+        let result = match memo.find(inputs) {
+            Some(flops) => Ok(flops),
+            None => {
+                let priced = if index_stream(inputs, &mut self.offsets) {
+                    formulas::FORMULAS[index].price(&Args::new(inputs, &self.offsets))
+                } else {
+                    Err(FormulaError::UnexpectedShape)
+                };
+                if let Ok(flops) = priced {
+                    memo.remember(inputs, flops);
+                }
+                priced
+            }
         };
         let category = formulas::FORMULAS[index].category;
         match result {
@@ -835,6 +861,39 @@ mod tests {
         assert_eq!(r.ignored_operators["aten.t"].reason, "view");
         assert!(r.diagnostics.is_empty());
         assert_eq!(r.by_category["matmul"], 120);
+    }
+
+    #[test]
+    fn remembered_prices_match_the_formula_across_calls_and_sessions() {
+        // mm(3x4, 4x5) = 120 FLOPs; the same shapes in complex64 = 480 (8 real FLOPs per
+        // multiply-accumulate); 3x4 @ 4x6 = 144; then the first shapes again (a memo hit).
+        let complex = |a: &mut Vec<i64>| {
+            complex_tensor(a, &[3, 4]);
+            complex_tensor(a, &[4, 5]);
+        };
+        let wider = |a: &mut Vec<i64>| {
+            tensor(a, &[3, 4]);
+            tensor(a, &[4, 6]);
+        };
+        let calls = || {
+            vec![
+                op("aten::mm", true, mm_args, vec![]),
+                op("aten::mm", true, complex, vec![]),
+                op("aten::mm", true, wider, vec![]),
+                op("aten::mm", true, mm_args, vec![]),
+            ]
+        };
+        let mut first = Session::new(Config::default());
+        run(&mut first, &calls(), Phase::Forward);
+        let memos = first.take_memos();
+        assert_eq!(report(first).total, MetricResult::complete(120 + 480 + 144 + 120, "workload"));
+        // The next session starts from the first one's prices: the same counts.
+        let mut second = Session::new(Config::default());
+        second.adopt_memos(memos);
+        run(&mut second, &calls(), Phase::Forward);
+        let r = report(second);
+        assert_eq!(r.total, MetricResult::complete(864, "workload"));
+        assert_eq!(r.operator_calls["aten.mm"], 4);
     }
 
     #[test]

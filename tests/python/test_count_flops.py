@@ -321,3 +321,43 @@ def test_threads_reading_one_counter_first_get_the_same_report():
         thread.join(timeout=60)
     assert len(results) == 4 and all(r == results[0] for r in results)
     assert results[0]["total"]["value"] == 2 * 8 * 8 * 8
+
+
+def test_a_counter_opened_inside_a_backward_hook_counts_backward_work():
+    # A tensor hook runs in autograd's engine between nodes (outside any node's record): a
+    # counter opened there first meets the engine on its first operator, and what it counts is
+    # backward work (the shim looks for the engine only on threads that entered a node, or that
+    # were inside a graph task when the session first met them).
+    x = torch.randn(3, 4, requires_grad=True)
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    reports = []
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        with torchscan.count_flops() as counter:
+            torch.mm(a, b)
+        reports.append(counter.report())
+        return grad
+
+    y = x * 2
+    y.register_hook(hook)
+    y.sum().backward()
+    (report,) = reports
+    assert report["total"] == {**report["total"], "status": "complete", "value": 2 * 3 * 4 * 5}
+    assert report["by_phase"]["backward"]["value"] == 120
+    assert report["by_phase"].get("forward", {"value": 0})["value"] == 0
+
+
+def test_repeated_blocks_count_the_same_with_remembered_prices():
+    # Prices are remembered per formula from one session to the next (src/session/memo.rs): a
+    # loop of blocks, then the same shapes in another dtype and in other sizes, all as priced
+    # afresh: mm(3x4, 4x5) 120 FLOPs; complex64 480 (8 real FLOPs per multiply-accumulate);
+    # mm(3x4, 4x6) 144.
+    real = (torch.randn(3, 4), torch.randn(4, 5))
+    cplx = (torch.randn(3, 4, dtype=torch.complex64), torch.randn(4, 5, dtype=torch.complex64))
+    wide = (torch.randn(3, 4), torch.randn(4, 6))
+    totals = []
+    for operands in [real, real, cplx, real, wide, cplx, wide]:
+        with torchscan.count_flops() as counter:
+            torch.mm(*operands)
+        totals.append(counter.report()["total"]["value"])
+    assert totals == [120, 120, 480, 120, 144, 480, 144]
