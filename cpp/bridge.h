@@ -44,13 +44,13 @@ class ArgBuffer {
   const int64_t* data() const noexcept {
     return storage_.data();
   }
-  void push(int64_t value) {
+  [[gnu::always_inline]] void push(int64_t value) {
     if (size_ == storage_.size()) [[unlikely]]
       grow(size_ + 1);
     storage_[size_++] = value;
   }
   // Room for `n` more values, to be written through the pointer.
-  int64_t* extend(std::size_t n) {
+  [[gnu::always_inline]] int64_t* extend(std::size_t n) {
     if (size_ + n > storage_.size()) [[unlikely]]
       grow(size_ + n);
     int64_t* at = storage_.data() + size_;

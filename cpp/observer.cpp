@@ -13,6 +13,7 @@
 #include <cstring>
 #include <atomic>
 #include <exception>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -495,13 +496,43 @@ struct Installed {
   uint64_t callback = 0;
 };
 
-// All of a thread's observer state, in one thread-local (each thread-local of a shared library
-// costs a lookup call per access): looked up once per callback.
+// All of a thread's observer state, made at its first callback and reached through one plain
+// pointer, read once per callback: a thread-local of a shared library costs a lookup call per
+// access, one with a constructor also a guard check on each, and GCC recomputes the address of
+// a thread-local object after every call rather than keep it.
 struct ThreadState {
   std::array<ThreadSlot, kSlots> slots;
   std::array<Installed, kSlots> installed;
 };
-thread_local ThreadState t_state;
+thread_local ThreadState* t_state = nullptr;
+// The thread's state was freed (the thread is exiting): later callbacks on it do nothing.
+thread_local bool t_state_freed = false;
+
+struct StateOwner {
+  std::unique_ptr<ThreadState> state;
+  ~StateOwner() {
+    t_state = nullptr;
+    t_state_freed = true;
+  }
+};
+
+[[gnu::noinline]] ThreadState* make_state() noexcept {
+  if (t_state_freed) return nullptr;
+  try {
+    thread_local StateOwner owner;
+    owner.state = std::make_unique<ThreadState>();
+    t_state = owner.state.get();
+    return t_state;
+  } catch (...) {
+    return nullptr;  // no memory for it: this thread's events are not observed
+  }
+}
+
+// The calling thread's state; null only while the thread exits or without memory.
+inline ThreadState* thread_state() noexcept {
+  ThreadState* ts = t_state;
+  return ts != nullptr ? ts : make_state();
+}
 
 // True when this thread's callback for `slot` belongs to a session that is gone (now removed).
 inline bool orphaned_here(ThreadState& ts, std::size_t slot) {
@@ -702,13 +733,13 @@ std::unique_ptr<at::ObserverContext> start_trampoline(const at::RecordFunction& 
   if (at::RecordFunction::currentThreadId() != g_owner[Slot].load(std::memory_order_relaxed)) {
     origin = Origin::Foreign;
   }
-  on_start(t_state, Slot, fn, origin);
+  if (ThreadState* ts = thread_state()) on_start(*ts, Slot, fn, origin);
   return nullptr;
 }
 
 template <std::size_t Slot>
 void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  on_end(t_state, Slot, fn);
+  if (ThreadState* ts = thread_state()) on_end(*ts, Slot, fn);
 }
 
 // The counting callback otherwise: thread-local (the session's thread, and the threads that
@@ -717,17 +748,17 @@ void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
 // own callback (a global one, when that session counts every thread).
 template <std::size_t Slot>
 std::unique_ptr<at::ObserverContext> thread_start_trampoline(const at::RecordFunction& fn) {
-  ThreadState& ts = t_state;
-  if (orphaned_here(ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return nullptr;
-  on_start(ts, Slot, fn, Origin::Followed);
+  ThreadState* ts = thread_state();
+  if (ts == nullptr || orphaned_here(*ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return nullptr;
+  on_start(*ts, Slot, fn, Origin::Followed);
   return nullptr;
 }
 
 template <std::size_t Slot>
 void thread_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  ThreadState& ts = t_state;
-  if (orphaned_here(ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return;
-  on_end(ts, Slot, fn);
+  ThreadState* ts = thread_state();
+  if (ts == nullptr || orphaned_here(*ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return;
+  on_end(*ts, Slot, fn);
 }
 
 // The detecting callback (global, beside a thread-local counting one): operators on threads
@@ -736,13 +767,15 @@ void thread_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
 // callbacks is followed (by this session or another): the check costs one TLS read there.
 template <std::size_t Slot>
 std::unique_ptr<at::ObserverContext> detect_start_trampoline(const at::RecordFunction& fn) {
-  if (!at::hasThreadLocalCallbacks()) on_start(t_state, Slot, fn, Origin::Unfollowed);
+  if (at::hasThreadLocalCallbacks()) return nullptr;
+  if (ThreadState* ts = thread_state()) on_start(*ts, Slot, fn, Origin::Unfollowed);
   return nullptr;
 }
 
 template <std::size_t Slot>
 void detect_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (!at::hasThreadLocalCallbacks()) on_end(t_state, Slot, fn);
+  if (at::hasThreadLocalCallbacks()) return;
+  if (ThreadState* ts = thread_state()) on_end(*ts, Slot, fn);
 }
 
 struct Trampolines {
@@ -766,6 +799,8 @@ constexpr auto kTrampolines = make_trampolines(std::make_index_sequence<kSlots>{
 
 Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, bool all_threads) {
   TORCH_CHECK(slot < kSlots, "torchscan: session slot ", slot, " out of range");
+  ThreadState* ts = thread_state();
+  TORCH_CHECK(ts != nullptr, "torchscan: no memory for the thread's observer state");
   g_all_threads[slot].store(all_threads, std::memory_order_relaxed);
   g_owner[slot].store(at::RecordFunction::currentThreadId(), std::memory_order_relaxed);
   g_generation[slot].store(generation, std::memory_order_release);
@@ -775,14 +810,14 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
                       .needsOutputs(capture_outputs)
                       .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
   // A callback this thread still carries for a session of this slot that was closed elsewhere.
-  orphaned_here(t_state, slot);
+  orphaned_here(*ts, slot);
   Callbacks callbacks;
   if (all_threads) {
     callbacks.counting = at::addGlobalCallback(counting);
     return callbacks;
   }
   callbacks.counting = at::addThreadLocalCallback(counting);
-  t_state.installed[slot] = Installed{generation, callbacks.counting};
+  ts->installed[slot] = Installed{generation, callbacks.counting};
   try {
     auto detecting = at::RecordFunctionCallback(kTrampolines[slot].detect_start, kTrampolines[slot].detect_end)
                          .scopes({at::RecordScope::FUNCTION});
@@ -799,8 +834,8 @@ void stop(std::size_t slot, Callbacks callbacks) {
   g_generation[slot].store(0, std::memory_order_release);
   if (callbacks.counting != 0) at::removeCallback(callbacks.counting);
   if (callbacks.detecting != 0) at::removeCallback(callbacks.detecting);
-  Installed& mine = t_state.installed[slot];
-  if (mine.callback == callbacks.counting) mine = Installed{};
+  ThreadState* ts = thread_state();
+  if (ts != nullptr && ts->installed[slot].callback == callbacks.counting) ts->installed[slot] = Installed{};
 }
 
 void orphan(std::size_t slot, Callbacks callbacks) {

@@ -70,7 +70,7 @@ impl PriceMemo {
     /// The price of a call whose inputs were `stream`, if it was remembered.
     #[inline]
     pub fn find(&mut self, stream: &[i64]) -> Option<u64> {
-        if self.last_flops.is_some() && self.last.as_slice() == stream {
+        if self.last_flops.is_some() && same(&self.last, stream) {
             return self.last_flops;
         }
         let flops = *self.prices.get(stream)?;
@@ -92,6 +92,14 @@ impl PriceMemo {
         self.last.extend_from_slice(stream);
         self.last_flops = Some(flops);
     }
+}
+
+/// Whether two streams are equal, word by word: streams are a few dozen words that usually
+/// differ early if at all, where a call to `memcmp` (what slice equality compiles to) costs
+/// more than the comparison.
+#[inline]
+fn same(a: &[i64], b: &[i64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// The memos of every formula, made on first use.
