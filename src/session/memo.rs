@@ -8,12 +8,13 @@
 //! the next session of the same slot, and a loop that counts every step finds its operators
 //! priced from the second step on.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{Hash, Hasher};
 
-/// Streams remembered per formula; a full memo starts afresh (a workload with more distinct
-/// calls of one formula than this prices them as if there were no memo, plus the insertion).
-const CAPACITY: usize = 4096;
+/// Streams remembered per formula, in a direct-mapped table (a stream's hash picks its entry;
+/// a new stream replaces the one there). Entries keep their storage when replaced: once every
+/// entry has held a stream as long as the ones that come, remembering allocates nothing, even
+/// for a workload whose shapes never repeat (generation with a growing sequence).
+const ENTRIES: usize = 64;
 
 /// Hashes a stream a word at a time (FxHash's multiply-rotate): SipHash, built against
 /// adversarial keys, would cost more than pricing most calls; streams are the process's own.
@@ -63,7 +64,15 @@ impl Hasher for StreamHasher {
 pub struct PriceMemo {
     last: Vec<i64>,
     last_flops: Option<u64>,
-    prices: HashMap<Box<[i64]>, u64, BuildHasherDefault<StreamHasher>>,
+    /// `ENTRIES` entries once anything was remembered: a stream and its price (`None`: empty).
+    table: Vec<(Vec<i64>, Option<u64>)>,
+}
+
+fn entry_of(stream: &[i64]) -> usize {
+    let mut hasher = StreamHasher::default();
+    stream.hash(&mut hasher);
+    // The high bits mix every word (the hash ends with a multiplication).
+    (hasher.finish() >> 58) as usize % ENTRIES
 }
 
 impl PriceMemo {
@@ -73,17 +82,21 @@ impl PriceMemo {
         if self.last_flops.is_some() && same(&self.last, stream) {
             return self.last_flops;
         }
-        let flops = *self.prices.get(stream)?;
+        let (remembered, flops) = self.table.get(entry_of(stream))?;
+        let flops = (*flops).filter(|_| same(remembered, stream))?;
         self.set_last(stream, flops);
         Some(flops)
     }
 
-    /// Remembers `flops` for `stream` (allocates once per new stream).
+    /// Remembers `flops` for `stream`, in place of whatever its entry held.
     pub fn remember(&mut self, stream: &[i64], flops: u64) {
-        if self.prices.len() >= CAPACITY {
-            self.prices.clear();
+        if self.table.is_empty() {
+            self.table.resize_with(ENTRIES, Default::default);
         }
-        self.prices.insert(stream.into(), flops);
+        let (remembered, price) = &mut self.table[entry_of(stream)];
+        remembered.clear();
+        remembered.extend_from_slice(stream);
+        *price = Some(flops);
         self.set_last(stream, flops);
     }
 
@@ -135,21 +148,28 @@ mod tests {
     }
 
     #[test]
-    fn a_full_memo_starts_afresh() {
+    fn a_new_stream_replaces_the_one_in_its_entry_and_allocates_nothing_once_grown() {
         let mut memo = PriceMemo::default();
-        for n in 0..CAPACITY as i64 {
-            memo.remember(&[2, n], n as u64);
-        }
-        assert_eq!(memo.find(&[2, 7]), Some(7));
-        memo.remember(&[2, -1], 99);
-        assert_eq!(memo.find(&[2, 7]), None);
-        assert_eq!(memo.find(&[2, -1]), Some(99));
-        assert_eq!(memo.prices.len(), 1);
-        // The one found last is in front, and agrees with the map.
-        memo.remember(&[2, 5], 5);
-        assert_eq!(memo.find(&[2, -1]), Some(99));
-        assert_eq!(memo.last, vec![2, -1]);
-        assert_eq!(memo.find(&[2, 5]), Some(5));
+        // Streams that share an entry with [2, 0], each longer than the one before at first.
+        let colliding: Vec<Vec<i64>> =
+            (1..100_000).map(|n| vec![2, n]).filter(|s| entry_of(s) == entry_of(&[2, 0])).take(3).collect();
+        memo.remember(&[2, 0], 7);
+        assert_eq!(memo.find(&[2, 0]), Some(7));
+        memo.remember(&colliding[0], 8);
+        // Replaced in the table; and not in front either (the last one found is).
+        assert_eq!(memo.find(&[2, 0]), None);
+        assert_eq!(memo.find(&colliding[0]), Some(8));
+        // Entries keep their storage: replacing with a stream no longer allocates.
+        let storage = memo.table[entry_of(&[2, 0])].0.as_ptr();
+        memo.remember(&colliding[1], 9);
+        assert_eq!(memo.table[entry_of(&[2, 0])].0.as_ptr(), storage);
+        assert_eq!(memo.find(&colliding[1]), Some(9));
+        // Streams in other entries stay.
+        let other = (1..1000).map(|n| vec![3, n]).find(|s| entry_of(s) != entry_of(&[2, 0])).unwrap();
+        memo.remember(&other, 10);
+        memo.remember(&colliding[2], 11);
+        assert_eq!(memo.find(&other), Some(10));
+        assert_eq!(memo.table.len(), ENTRIES);
     }
 
     #[test]

@@ -361,3 +361,14 @@ def test_repeated_blocks_count_the_same_with_remembered_prices():
             torch.mm(*operands)
         totals.append(counter.report()["total"]["value"])
     assert totals == [120, 120, 480, 120, 144, 480, 144]
+
+
+def test_shapes_that_never_repeat_are_priced_afresh():
+    # More distinct streams than a formula's memo holds (64 entries, direct-mapped), twice over:
+    # every call is priced right whether its entry was replaced or not. mm(1xk, kx4) = 8k.
+    b = torch.randn(300, 4)
+    for _ in range(2):
+        for k in range(1, 300, 3):
+            with torchscan.count_flops() as counter:
+                torch.mm(torch.randn(1, k), b[:k])
+            assert counter.report()["total"]["value"] == 8 * k
