@@ -15,11 +15,15 @@ use std::hash::{Hash, Hasher};
 /// entry has held a stream as long as the ones that come, remembering allocates nothing, even
 /// for a workload whose shapes never repeat (generation with a growing sequence).
 const ENTRIES: usize = 64;
+/// An entry is the top bits of a stream's hash (which mix every word: the hash ends with a
+/// multiplication).
+const ENTRY_SHIFT: u32 = u64::BITS - ENTRIES.trailing_zeros();
+const _: () = assert!(ENTRIES.is_power_of_two());
 
 /// Hashes a stream a word at a time (FxHash's multiply-rotate): SipHash, built against
 /// adversarial keys, would cost more than pricing most calls; streams are the process's own.
 #[derive(Default)]
-pub struct StreamHasher(u64);
+struct StreamHasher(u64);
 
 const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
@@ -71,8 +75,7 @@ pub struct PriceMemo {
 fn entry_of(stream: &[i64]) -> usize {
     let mut hasher = StreamHasher::default();
     stream.hash(&mut hasher);
-    // The high bits mix every word (the hash ends with a multiplication).
-    (hasher.finish() >> 58) as usize % ENTRIES
+    (hasher.finish() >> ENTRY_SHIFT) as usize
 }
 
 impl PriceMemo {
