@@ -9,7 +9,9 @@ ratios (a variant's time over the mean of the bare runs around it), which drift 
 
 Workloads:
 - tiny ops: a Python loop of N `torch.add` calls on 4-element tensors (the worst case for a
-  per-operator cost: the bare op itself costs a few microseconds);
+  per-operator cost: the bare op itself costs a few microseconds); the cost per operator is
+  printed twice: from the difference of the two medians, and paired (the median of each run's
+  time over the mean of the bare runs around it);
 - resnet18: torchvision resnet18 forward, batch 1, 224x224, eval + no_grad;
 - peak memory: `torchscan.process.measure_peak_memory(device="cpu")` around a resnet18 training
   step (batch 2, 224x224: forward, backward) against the bare step;
@@ -147,13 +149,17 @@ def timed(fn: Callable[[], None]) -> float:
 
 
 def measure(
-    work: Callable[[], object], rounds: int, variants: dict[str, Callable[[Callable[[], object]], None]] = VARIANTS
+    work: Callable[[], object],
+    rounds: int,
+    variants: dict[str, Callable[[Callable[[], object]], None]] = VARIANTS,
+    added: dict[str, list[float]] | None = None,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Median seconds per variant, and the median per-round ratio of each variant to bare.
 
     Each round runs every other variant once, in a shuffled order, each between two bare runs
     (bare, variant, bare): its ratio is to the mean of those two, so that drift on the scale of
-    one workload (the machine's other work, frequency changes) hits both sides alike."""
+    one workload (the machine's other work, frequency changes) hits both sides alike. `added`,
+    if given, receives each round's seconds over that mean, per variant."""
     order = [name for name in variants if name != "bare"]
     samples: dict[str, list[float]] = {name: [] for name in variants}
     ratios: dict[str, list[float]] = {name: [] for name in variants}
@@ -170,6 +176,8 @@ def measure(
             samples["bare"] += [before, after]
             samples[name].append(seconds)
             ratios[name].append(seconds / ((before + after) / 2))
+            if added is not None:
+                added.setdefault(name, []).append(seconds - (before + after) / 2)
     ratios["bare"] = [1.0]
     return (
         {name: statistics.median(values) for name, values in samples.items()},
@@ -205,7 +213,8 @@ def main() -> None:
         train_model.zero_grad(set_to_none=True)
         train_model(train_x).sum().backward()
 
-    tiny, _ = measure(tiny_ops, options.rounds)
+    tiny_added: dict[str, list[float]] = {}
+    tiny, _ = measure(tiny_ops, options.rounds, added=tiny_added)
     net, net_ratio = measure(resnet, options.rounds)
     memory, memory_ratio = measure(training_step, options.rounds, MEMORY)
 
@@ -228,6 +237,9 @@ def main() -> None:
     steps, _ = measure(tiny_step, options.rounds, STEP_LOOP)
     step_added_us = (steps["count_flops"] - steps["bare"]) / STEPS * 1e6
     per_op = {name: (t - tiny["bare"]) / options.ops * 1e6 for name, t in tiny.items() if name != "bare"}
+    # The same from each run's time over the bare runs around it (median of the rounds): drift
+    # between rounds, which the difference of the two medians above takes in, cancels here.
+    paired_per_op = {name: statistics.median(v) / options.ops * 1e6 for name, v in tiny_added.items()}
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
         "torch": torch.__version__,
@@ -236,6 +248,7 @@ def main() -> None:
             "ops": options.ops,
             "seconds": tiny,
             "added_us_per_op": per_op,
+            "added_us_per_op_paired": paired_per_op,
             "flop_counter_mode_over_measure_flops": per_op["FlopCounterMode"] / per_op["measure_flops"],
         },
         "resnet18_forward": {
@@ -259,7 +272,7 @@ def main() -> None:
     }
     print(f"tiny ops ({options.ops} x torch.add, median of {options.rounds}):")
     for name, t in tiny.items():
-        extra = f"  (+{per_op[name]:.3f} us/op)" if name in per_op else ""
+        extra = f"  (+{per_op[name]:.3f} us/op; paired +{paired_per_op[name]:.3f})" if name in per_op else ""
         print(f"  {name:16s} {t * 1e3:9.1f} ms{extra}")
     print(f"  FlopCounterMode's added cost is {result['tiny_ops']['flop_counter_mode_over_measure_flops']:.1f}x ours")
     print(f"resnet18 forward (batch 1, 224x224, no_grad, median of {options.rounds}):")

@@ -1,11 +1,11 @@
 """The floor under the per-operator cost: PyTorch's RecordFunction callbacks alone.
 
-torchscan observes operators through two RecordFunction callbacks (a thread-local one that needs
-the operator's inputs, a global one that detects other threads). This script builds a C++
-extension that registers the same two callbacks doing nothing but count events
+torchscan observes operators through one global RecordFunction callback that needs the
+operator's inputs (and marks the threads it follows with a disabled thread-local one). This
+script builds a C++ extension that registers the same callbacks doing nothing but count events
 (`record_function_floor.cpp`, compiled with the C++ compiler against this venv's torch, about
 30 s once; kept in target/bench-floor/), then times, side by side in one process and one thread:
-the bare workload, the floor (the two empty callbacks), `measure_flops(modules=[])` and
+the bare workload, the floor (the empty callbacks), `measure_flops(modules=[])` and
 `measure_flops`. Workloads: N tiny adds (ns per operator) and the mobilenet_v3_small and
 resnet18 forwards (ratios to bare, with the events each forward dispatches). Thread CPU time,
 minimum over the rounds (steadiest on a shared machine).
@@ -82,7 +82,7 @@ def compare(work: Callable[[], object], floor: object, rounds: int) -> dict[str,
 
     variants = {
         "bare": work,
-        "floor (two empty callbacks)": floor_only,
+        "floor (empty callbacks)": floor_only,
         "measure_flops(modules=[])": lambda: torchscan.measure_flops(work, modules=[]),
         "measure_flops": lambda: torchscan.measure_flops(work),
     }

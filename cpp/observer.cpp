@@ -222,7 +222,23 @@ bool encode_packed(const c10::IValue& v, Buffer& out) {
   return true;
 }
 
+// The commonest record, a strided tensor that is not nested, without the rare layouts' checks
+// below (the same record as theirs would be). False for any other value.
+inline bool push_strided_tensor(const c10::IValue& v, Buffer& out) {
+  if (!v.isTensor()) return false;
+  const at::Tensor& t = v.toTensor();
+  if (!t.defined() || t.layout() != c10::kStrided || t.is_nested()) return false;
+  auto sizes = t.sizes();
+  int64_t* record = out.extend(3 + sizes.size());
+  record[0] = kTensor;
+  record[1] = static_cast<int64_t>(t.scalar_type());
+  record[2] = static_cast<int64_t>(sizes.size());
+  std::copy(sizes.begin(), sizes.end(), record + 3);
+  return true;
+}
+
 void encode(const c10::IValue& v, Buffer& out) {
+  if (push_strided_tensor(v, out)) return;
   if (v.isTensor() && v.toTensor().defined() && is_sparse_layout(v.toTensor().layout())) {
     // Never a TENSOR record: no dense formula may price it by its dense shape.
     const at::Tensor& t = v.toTensor();
@@ -415,6 +431,8 @@ std::array<std::atomic<uint64_t>, kSlots> g_generation{};
 // Per slot: whether the session counts every thread, and the thread that opened it.
 std::array<std::atomic<bool>, kSlots> g_all_threads{};
 std::array<std::atomic<uint64_t>, kSlots> g_owner{};
+// Per slot: the handle of the session's thread-local marker (0: none, or every thread counted).
+std::array<std::atomic<uint64_t>, kSlots> g_marker{};
 
 // Which thread an event comes from (src/session/mod.rs, Origin).
 enum class Origin : uint8_t { Followed = 0, Foreign = 1, Unfollowed = 2 };
@@ -487,10 +505,10 @@ inline int uncaught_exceptions(ThreadSlot* st) {
   return static_cast<int>(*st->uncaught);
 }
 
-// Per thread and slot: the thread-local counting callback this thread installed, and for which
-// session (generation). A session closed or discarded on another thread cannot remove this
-// thread's callback (thread-local callbacks are removed on their own thread): it stays until
-// its next event here, which finds the slot free or taken by another session and removes it.
+// Per thread and slot: the thread-local marker this thread installed (see `start`), and for
+// which session (generation): the thread that opened the session. A session closed or discarded
+// on another thread cannot remove this thread's marker (thread-local callbacks are removed on
+// their own thread): it stays, ignored, until this thread meets it again (`orphaned_here`).
 struct Installed {
   uint64_t generation = 0;
   uint64_t callback = 0;
@@ -534,10 +552,15 @@ inline ThreadState* thread_state() noexcept {
   return ts != nullptr ? ts : make_state();
 }
 
-// True when this thread's callback for `slot` belongs to a session that is gone (now removed).
-inline bool orphaned_here(ThreadState& ts, std::size_t slot) {
+// True when this thread's marker for `slot` belongs to a session that is gone (now removed).
+bool orphaned_here(ThreadState& ts, std::size_t slot) {
   Installed& mine = ts.installed[slot];
   if (mine.callback == 0 || mine.generation == g_generation[slot].load(std::memory_order_acquire)) return false;
+  // Only where the thread's own callbacks are in force (not a copy of another thread's, which
+  // autograd's engine installs around a node): removal looks for the handle in the current ones.
+  const auto& current = at::get_record_function_tls_().sorted_tls_callbacks_;
+  bool present = std::any_of(current.begin(), current.end(), [&](const auto& e) { return e.handle_ == mine.callback; });
+  if (!present) return false;
   // Safe inside a callback: the running RecordFunction holds its own copy of the callbacks.
   at::removeCallback(mine.callback);
   mine = Installed{};
@@ -676,7 +699,7 @@ void on_start(ThreadState& ts, std::size_t slot, const at::RecordFunction& fn, O
   // (the sum that reduces a bias gradient over the batch): that work belongs to the node that
   // just ran, the last one entered on this thread.
   bool in_node = st->backward_from != 0;
-  // (The detecting callback does not see autograd nodes: on threads nobody follows, always look.)
+  // (On threads nobody follows, always look: their events are few, and what ran there is only noted.)
   bool engine = st->engine || origin == Origin::Unfollowed;
   bool backward = in_node || (engine && torch::autograd::get_current_graph_task_id() != -1);
   int64_t sequence = in_node ? st->backward_sequence : backward ? st->last_node_sequence : fn.seqNr();
@@ -742,55 +765,99 @@ void end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
   if (ThreadState* ts = thread_state()) on_end(*ts, Slot, fn);
 }
 
-// The counting callback otherwise: thread-local (the session's thread, and the threads that
-// inherit its callbacks: autograd's). One left behind by a session closed on another thread
-// removes itself at its next event; it never serves the slot's next session, which has its
-// own callback (a global one, when that session counts every thread).
+// The marker: a thread-local callback that never runs (disabled), which the threads a session
+// follows carry: the thread that opened it, and the threads that take over its thread-local
+// state (autograd's device threads, around each node they run for it; at::launch's tasks). One
+// function per slot, so that a marker found on a thread names its slot.
 template <std::size_t Slot>
-std::unique_ptr<at::ObserverContext> thread_start_trampoline(const at::RecordFunction& fn) {
+std::unique_ptr<at::ObserverContext> marker_trampoline(const at::RecordFunction&) {
+  return nullptr;
+}
+
+void marker_end(const at::RecordFunction&, at::ObserverContext*) {}
+
+template <std::size_t... I>
+constexpr std::array<at::RecordFunctionCallback::StartCallback, kSlots> make_markers(std::index_sequence<I...>) {
+  return {&marker_trampoline<I>...};
+}
+
+constexpr auto kMarkers = make_markers(std::make_index_sequence<kSlots>{});
+
+// Whether a thread-local callback is the marker of a session that is open now.
+bool live_marker(const at::RecordFunctionCallbacksEntry& entry) {
+  for (std::size_t slot = 0; slot < kSlots; ++slot) {
+    if (kMarkers[slot] == entry.callback_.start()) {
+      return g_marker[slot].load(std::memory_order_relaxed) == entry.handle_ &&
+             g_generation[slot].load(std::memory_order_acquire) != 0;
+    }
+  }
+  return false;
+}
+
+// Where an event of the session in `slot` comes from, on a thread other than the one that opened
+// it: a thread carrying its marker is followed; one carrying another open session's marker, or
+// another tool's thread-local callbacks, is somebody else's; any other thread is one that nobody
+// follows (a thread pool's worker), whose work the report notes as missed. False: not this
+// session's event at all.
+[[gnu::noinline]] bool origin_elsewhere(ThreadState& ts, std::size_t slot, Origin& origin) noexcept {
+  orphaned_here(ts, slot);
+  uint64_t marker = g_marker[slot].load(std::memory_order_relaxed);
+  bool others = false;
+  for (const auto& entry : at::get_record_function_tls_().sorted_tls_callbacks_) {
+    if (entry.handle_ == marker) {
+      origin = Origin::Followed;
+      return true;
+    }
+    // Another tool's callbacks (a profiler's), or another session's marker; a marker left by a
+    // session that is gone marks nothing.
+    others = others || (entry.enabled_ ? true : live_marker(entry));
+  }
+  if (others) return false;
+  origin = Origin::Unfollowed;
+  return true;
+}
+
+// The session's own events, found among those of every thread (see origin_elsewhere). The
+// thread that opened the session is followed: one comparison.
+inline bool origin_of(ThreadState& ts, std::size_t slot, Origin& origin) noexcept {
+  const Installed& mine = ts.installed[slot];
+  if (mine.callback != 0 && mine.generation == g_generation[slot].load(std::memory_order_relaxed)) {
+    origin = Origin::Followed;
+    return true;
+  }
+  return origin_elsewhere(ts, slot, origin);
+}
+
+// The counting callback otherwise: global, with the origin of each event found as above. (One
+// global callback costs PyTorch less than a thread-local one beside a global one that would
+// watch the other threads: each callback is a call at the start and one at the end of every
+// operator, about 35 ns more per operator.)
+template <std::size_t Slot>
+std::unique_ptr<at::ObserverContext> followed_start_trampoline(const at::RecordFunction& fn) {
   ThreadState* ts = thread_state();
-  if (ts == nullptr || orphaned_here(*ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return nullptr;
-  on_start(*ts, Slot, fn, Origin::Followed);
+  Origin origin;
+  if (ts != nullptr && origin_of(*ts, Slot, origin)) on_start(*ts, Slot, fn, origin);
   return nullptr;
 }
 
 template <std::size_t Slot>
-void thread_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
+void followed_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState* ts = thread_state();
-  if (ts == nullptr || orphaned_here(*ts, Slot) || g_all_threads[Slot].load(std::memory_order_relaxed)) return;
-  on_end(*ts, Slot, fn);
-}
-
-// The detecting callback (global, beside a thread-local counting one): operators on threads
-// that carry no thread-local callback, i.e. that no session follows (a thread pool's workers),
-// are noted so that the report can say work was missed. A thread that carries thread-local
-// callbacks is followed (by this session or another): the check costs one TLS read there.
-template <std::size_t Slot>
-std::unique_ptr<at::ObserverContext> detect_start_trampoline(const at::RecordFunction& fn) {
-  if (at::hasThreadLocalCallbacks()) return nullptr;
-  if (ThreadState* ts = thread_state()) on_start(*ts, Slot, fn, Origin::Unfollowed);
-  return nullptr;
-}
-
-template <std::size_t Slot>
-void detect_end_trampoline(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (at::hasThreadLocalCallbacks()) return;
-  if (ThreadState* ts = thread_state()) on_end(*ts, Slot, fn);
+  Origin origin;
+  if (ts != nullptr && origin_of(*ts, Slot, origin)) on_end(*ts, Slot, fn);
 }
 
 struct Trampolines {
   at::RecordFunctionCallback::StartCallback start;
   at::RecordFunctionCallback::EndCallback end;
-  at::RecordFunctionCallback::StartCallback thread_start;
-  at::RecordFunctionCallback::EndCallback thread_end;
-  at::RecordFunctionCallback::StartCallback detect_start;
-  at::RecordFunctionCallback::EndCallback detect_end;
+  at::RecordFunctionCallback::StartCallback followed_start;
+  at::RecordFunctionCallback::EndCallback followed_end;
 };
 
 template <std::size_t... I>
 constexpr std::array<Trampolines, kSlots> make_trampolines(std::index_sequence<I...>) {
-  return {Trampolines{&start_trampoline<I>, &end_trampoline<I>, &thread_start_trampoline<I>, &thread_end_trampoline<I>,
-                      &detect_start_trampoline<I>, &detect_end_trampoline<I>}...};
+  return {Trampolines{&start_trampoline<I>, &end_trampoline<I>, &followed_start_trampoline<I>,
+                      &followed_end_trampoline<I>}...};
 }
 
 constexpr auto kTrampolines = make_trampolines(std::make_index_sequence<kSlots>{});
@@ -801,27 +868,29 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
   TORCH_CHECK(slot < kSlots, "torchscan: session slot ", slot, " out of range");
   ThreadState* ts = thread_state();
   TORCH_CHECK(ts != nullptr, "torchscan: no memory for the thread's observer state");
+  // Markers this thread still carries for sessions that were closed elsewhere.
+  for (std::size_t other = 0; other < kSlots; ++other) orphaned_here(*ts, other);
   g_all_threads[slot].store(all_threads, std::memory_order_relaxed);
   g_owner[slot].store(at::RecordFunction::currentThreadId(), std::memory_order_relaxed);
-  g_generation[slot].store(generation, std::memory_order_release);
-  const Trampolines& t = kTrampolines[slot];
-  auto counting = at::RecordFunctionCallback(all_threads ? t.start : t.thread_start, all_threads ? t.end : t.thread_end)
-                      .needsInputs(true)
-                      .needsOutputs(capture_outputs)
-                      .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
-  // A callback this thread still carries for a session of this slot that was closed elsewhere.
-  orphaned_here(*ts, slot);
+  g_marker[slot].store(0, std::memory_order_relaxed);
   Callbacks callbacks;
-  if (all_threads) {
-    callbacks.counting = at::addGlobalCallback(counting);
-    return callbacks;
-  }
-  callbacks.counting = at::addThreadLocalCallback(counting);
-  ts->installed[slot] = Installed{generation, callbacks.counting};
   try {
-    auto detecting = at::RecordFunctionCallback(kTrampolines[slot].detect_start, kTrampolines[slot].detect_end)
-                         .scopes({at::RecordScope::FUNCTION});
-    callbacks.detecting = at::addGlobalCallback(detecting);
+    if (!all_threads) {
+      // Disabled at once: it marks the thread (and is copied with its thread-local state),
+      // and costs no operator anything.
+      callbacks.marker = at::addThreadLocalCallback(at::RecordFunctionCallback(kMarkers[slot], marker_end));
+      at::disableCallback(callbacks.marker);
+      ts->installed[slot] = Installed{generation, callbacks.marker};
+      g_marker[slot].store(callbacks.marker, std::memory_order_relaxed);
+    }
+    g_generation[slot].store(generation, std::memory_order_release);
+    const Trampolines& t = kTrampolines[slot];
+    auto counting =
+        at::RecordFunctionCallback(all_threads ? t.start : t.followed_start, all_threads ? t.end : t.followed_end)
+            .needsInputs(true)
+            .needsOutputs(capture_outputs)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
+    callbacks.counting = at::addGlobalCallback(counting);
   } catch (...) {
     stop(slot, callbacks);
     throw;
@@ -832,21 +901,20 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
 void stop(std::size_t slot, Callbacks callbacks) {
   if (slot >= kSlots) return;
   g_generation[slot].store(0, std::memory_order_release);
+  g_marker[slot].store(0, std::memory_order_relaxed);
   if (callbacks.counting != 0) at::removeCallback(callbacks.counting);
-  if (callbacks.detecting != 0) at::removeCallback(callbacks.detecting);
   ThreadState* ts = thread_state();
-  if (ts != nullptr && ts->installed[slot].callback == callbacks.counting) ts->installed[slot] = Installed{};
+  if (ts != nullptr && callbacks.marker != 0 && ts->installed[slot].callback == callbacks.marker)
+    orphaned_here(*ts, slot);
 }
 
 void orphan(std::size_t slot, Callbacks callbacks) {
   if (slot >= kSlots) return;
   g_generation[slot].store(0, std::memory_order_release);
-  // Global callbacks are removed from any thread; a thread-local one only on its own thread,
-  // where it removes itself at its next event (orphaned_here).
-  if (g_all_threads[slot].load(std::memory_order_relaxed) && callbacks.counting != 0) {
-    at::removeCallback(callbacks.counting);
-  }
-  if (callbacks.detecting != 0) at::removeCallback(callbacks.detecting);
+  g_marker[slot].store(0, std::memory_order_relaxed);
+  // The counting callback is global, removed from any thread; the marker is thread-local, left
+  // to the opening thread (orphaned_here), which ignores it until then.
+  if (callbacks.counting != 0) at::removeCallback(callbacks.counting);
 }
 
 uint64_t current_thread() {

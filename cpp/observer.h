@@ -8,8 +8,8 @@ namespace torchscan::observer {
 
 // The RecordFunction callbacks of one session (0: none).
 struct Callbacks {
-  uint64_t counting = 0;   // thread-local, or global when every thread is counted
-  uint64_t detecting = 0;  // global: notes work on threads no session follows
+  uint64_t counting = 0;  // global: counts the threads the session follows, notes the others
+  uint64_t marker = 0;    // thread-local, disabled: marks the threads it follows (0: every thread)
 };
 
 // Starts observing the calling thread (and the autograd threads it hands work to) for the
@@ -21,8 +21,8 @@ Callbacks start(std::size_t slot, uint64_t generation, bool capture_outputs, boo
 void stop(std::size_t slot, Callbacks callbacks);
 
 // Stops observing for `slot` from another thread than the one that called start(): later
-// events of that slot are dropped; the global callbacks are removed, and the opening thread's
-// thread-local one removes itself at that thread's next event.
+// events of that slot are dropped; the global callback is removed, and the opening thread's
+// thread-local marker is removed by that thread later (it is ignored until then).
 void orphan(std::size_t slot, Callbacks callbacks);
 
 // The thread id (RecordFunction's logical id) of the calling thread.

@@ -28,7 +28,7 @@ static_assert((kSlots & (kSlots - 1)) == 0, "the session count must be a power o
 struct Observing {
   std::atomic<int64_t> handle{0};
   std::atomic<uint64_t> counting{0};
-  std::atomic<uint64_t> detecting{0};
+  std::atomic<uint64_t> marker{0};
   std::atomic<uint64_t> thread{0};
 };
 std::array<Observing, kSlots> g_observing;
@@ -61,14 +61,14 @@ std::size_t slot_of(int64_t handle) {
 // counts the thread that opened it: stopped on another thread (a `with count_flops()` inside a
 // generator closed elsewhere, a finalizer), it is discarded, its count lost, and closing it there
 // is an error (`discard` swallows it). Its slot is free at once: the opening thread's callback
-// removes itself at that thread's next operator (observer.cpp, orphaned_here).
+// is removed by that thread later (observer.cpp, orphaned_here).
 bool stop_observing(int64_t handle) {
   if (handle <= 0) return false;
   std::size_t slot = slot_of(handle);
   Observing& o = g_observing[slot];
   int64_t expected = handle;
   if (!o.handle.compare_exchange_strong(expected, 0)) return false;
-  observer::Callbacks callbacks{o.counting.exchange(0), o.detecting.exchange(0)};
+  observer::Callbacks callbacks{o.counting.exchange(0), o.marker.exchange(0)};
   uint64_t owner = o.thread.load();
   uint64_t here = observer::current_thread();
   if (owner == here) {
@@ -261,7 +261,7 @@ int64_t open(const std::string& config) {
   try {
     auto callbacks = observer::start(opened.slot, opened.generation, opened.capture_outputs, opened.all_threads);
     o.counting.store(callbacks.counting);
-    o.detecting.store(callbacks.detecting);
+    o.marker.store(callbacks.marker);
   } catch (...) {
     o.handle.store(0);
     ffi::discard_session(opened.handle);
