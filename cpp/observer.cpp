@@ -97,6 +97,16 @@ bool is_strided_nested(const at::Tensor& t) {
   return t.key_set().has(c10::DispatchKey::NestedTensorCPU) || t.key_set().has(c10::DispatchKey::NestedTensorCUDA);
 }
 
+// (dtype, ndim, sizes...): the record of a tensor with one shape.
+inline void push_shape_record(const at::Tensor& t, Buffer& out) {
+  auto sizes = t.sizes();
+  // One capacity check and plain stores: the hot path's commonest record.
+  int64_t* record = out.extend(2 + sizes.size());
+  record[0] = static_cast<int64_t>(t.scalar_type());
+  record[1] = static_cast<int64_t>(sizes.size());
+  std::copy(sizes.begin(), sizes.end(), record + 2);
+}
+
 bool push_tensor_record(const at::Tensor& t, Buffer& out) {
   if (!t.defined()) return false;
   if (is_strided_nested(t)) {
@@ -106,12 +116,7 @@ bool push_tensor_record(const at::Tensor& t, Buffer& out) {
     return true;
   }
   if (t.is_nested()) return false;
-  auto sizes = t.sizes();
-  // One capacity check and plain stores: the hot path's commonest record.
-  int64_t* record = out.extend(2 + sizes.size());
-  record[0] = static_cast<int64_t>(t.scalar_type());
-  record[1] = static_cast<int64_t>(sizes.size());
-  std::copy(sizes.begin(), sizes.end(), record + 2);
+  push_shape_record(t, out);
   return true;
 }
 
@@ -228,12 +233,8 @@ inline bool push_strided_tensor(const c10::IValue& v, Buffer& out) {
   if (!v.isTensor()) return false;
   const at::Tensor& t = v.toTensor();
   if (!t.defined() || t.layout() != c10::kStrided || t.is_nested()) return false;
-  auto sizes = t.sizes();
-  int64_t* record = out.extend(3 + sizes.size());
-  record[0] = kTensor;
-  record[1] = static_cast<int64_t>(t.scalar_type());
-  record[2] = static_cast<int64_t>(sizes.size());
-  std::copy(sizes.begin(), sizes.end(), record + 3);
+  out.push(kTensor);
+  push_shape_record(t, out);
   return true;
 }
 
