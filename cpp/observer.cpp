@@ -101,10 +101,18 @@ bool is_strided_nested(const at::Tensor& t) {
 inline void push_shape_record(const at::Tensor& t, Buffer& out) {
   auto sizes = t.sizes();
   // One capacity check and plain stores: the hot path's commonest record.
-  int64_t* record = out.extend(2 + sizes.size());
+  std::size_t ndim = sizes.size();
+  int64_t* record = out.extend(2 + ndim);
   record[0] = static_cast<int64_t>(t.scalar_type());
-  record[1] = static_cast<int64_t>(sizes.size());
-  std::copy(sizes.begin(), sizes.end(), record + 2);
+  record[1] = static_cast<int64_t>(ndim);
+  const int64_t* dims = sizes.data();
+  // Stores for the few dimensions of nearly every tensor: std::copy (a memmove call) costs more
+  // than the copy of so few values.
+  if (ndim <= 4) {
+    for (std::size_t i = 0; i < ndim; ++i) record[2 + i] = dims[i];
+  } else {
+    std::copy(dims, dims + ndim, record + 2);
+  }
 }
 
 bool push_tensor_record(const at::Tensor& t, Buffer& out) {
@@ -229,17 +237,26 @@ bool encode_packed(const c10::IValue& v, Buffer& out) {
 
 // The commonest record, a strided tensor that is not nested, without the rare layouts' checks
 // below (the same record as theirs would be). False for any other value.
+//
+// Told apart by its dispatch keys alone (TensorImpl::layout(), which GCC calls out of line, looks
+// at the same keys first): none of the sparse, compressed-sparse, mkldnn or nested ones, and not
+// a Python subclass, which alone may declare a layout of its own (its layout policy).
+constexpr c10::DispatchKeySet kNotPlainStrided =
+    c10::DispatchKeySet({c10::DispatchKey::Sparse, c10::DispatchKey::SparseCsr, c10::DispatchKey::MkldnnCPU,
+                         c10::DispatchKey::NestedTensor, c10::DispatchKey::Python});
+
 inline bool push_strided_tensor(const c10::IValue& v, Buffer& out) {
   if (!v.isTensor()) return false;
   const at::Tensor& t = v.toTensor();
-  if (!t.defined() || t.layout() != c10::kStrided || t.is_nested()) return false;
+  if (!t.defined() || t.key_set().has_any(kNotPlainStrided)) return false;
   out.push(kTensor);
   push_shape_record(t, out);
   return true;
 }
 
-void encode(const c10::IValue& v, Buffer& out) {
-  if (push_strided_tensor(v, out)) return;
+// Any value but the commonest (a dense tensor, an int, None: see encode): out of line, so that
+// the common path pays for none of its stack frame.
+[[gnu::noinline]] void encode_other(const c10::IValue& v, Buffer& out) {
   if (v.isTensor() && v.toTensor().defined() && is_sparse_layout(v.toTensor().layout())) {
     // Never a TENSOR record: no dense formula may price it by its dense shape.
     const at::Tensor& t = v.toTensor();
@@ -253,9 +270,6 @@ void encode(const c10::IValue& v, Buffer& out) {
       out.truncate(out.size() - 1);
       out.push(v.toTensor().defined() ? kOther : kNone);
     }
-  } else if (v.isInt()) {
-    out.push(kInt);
-    out.push(v.toInt());
   } else if (v.isSymInt()) {
     auto maybe = v.toSymInt().maybe_as_int();
     if (maybe) {
@@ -274,8 +288,6 @@ void encode(const c10::IValue& v, Buffer& out) {
   } else if (v.isBool()) {
     out.push(kBool);
     out.push(v.toBool() ? 1 : 0);
-  } else if (v.isNone()) {
-    out.push(kNone);
   } else if (v.isIntList()) {
     const auto& list = v.toIntList();
     out.push(kIntList);
@@ -310,6 +322,19 @@ void encode(const c10::IValue& v, Buffer& out) {
     if (!packed) out.push(kOther);
   } else {
     out.push(kOther);
+  }
+}
+
+inline void encode(const c10::IValue& v, Buffer& out) {
+  if (push_strided_tensor(v, out)) return;
+  if (v.isInt()) {
+    int64_t* record = out.extend(2);
+    record[0] = kInt;
+    record[1] = v.toInt();
+  } else if (v.isNone()) {
+    out.push(kNone);
+  } else {
+    encode_other(v, out);
   }
 }
 
@@ -522,6 +547,9 @@ struct Installed {
 struct ThreadState {
   std::array<ThreadSlot, kSlots> slots;
   std::array<Installed, kSlots> installed;
+  // PyTorch's dispatch key set of this thread (a thread-local of libc10, see dispatch_keys):
+  // its address, fixed for the thread's lifetime.
+  const c10::impl::PODLocalDispatchKeySet* dispatch_keys = nullptr;
 };
 thread_local ThreadState* t_state = nullptr;
 // The thread's state was freed (the thread is exiting): later callbacks on it do nothing.
@@ -540,11 +568,26 @@ struct StateOwner {
   try {
     thread_local StateOwner owner;
     owner.state = std::make_unique<ThreadState>();
+#if !(defined(_MSC_VER) || defined(C10_ANDROID) || defined(C10_IPHONE))
+    owner.state->dispatch_keys = &c10::impl::raw_local_dispatch_key_set;
+#endif
     t_state = owner.state.get();
     return t_state;
   } catch (...) {
     return nullptr;  // no memory for it: this thread's events are not observed
   }
+}
+
+// The thread's included and excluded dispatch keys. Read through c10's thread-local, each read
+// costs a call to its init wrapper and one to __tls_get_addr (a thread-local of another shared
+// library); read through its address, found once per thread, a load. (Where c10 reads it through
+// a function, so does this.)
+inline c10::impl::LocalDispatchKeySet dispatch_keys(const ThreadState& ts) noexcept {
+#if defined(_MSC_VER) || defined(C10_ANDROID) || defined(C10_IPHONE)
+  return c10::impl::tls_local_dispatch_key_set();
+#else
+  return *ts.dispatch_keys;
+#endif
 }
 
 // The calling thread's state; null only while the thread exits or without memory.
@@ -600,21 +643,19 @@ inline ThreadSlot* active(ThreadState& ts, std::size_t slot, uint64_t& generatio
 // its kernel through the dynamic-layer keys) and stays on the tensors the innermost call uses.
 // A call that dispatches to one of them is answered by the wrapper, which calls the kernels
 // (with their real shapes) itself, or answers from a cache without any.
-const c10::DispatchKeySet& wrapper_keys() {
-  using K = c10::DispatchKey;
-  static const c10::DispatchKeySet keys({K::Python, K::PythonTLSSnapshot, K::PythonDispatcher, K::PreDispatch,
-                                         K::FuncTorchDynamicLayerFrontMode, K::FuncTorchDynamicLayerBackMode,
-                                         K::FuncTorchBatched, K::BatchedNestedTensor, K::Batched, K::Functionalize});
-  return keys;
-}
+constexpr c10::DispatchKeySet kWrapperKeys = c10::DispatchKeySet(
+    {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::PythonDispatcher,
+     c10::DispatchKey::PreDispatch, c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+     c10::DispatchKey::FuncTorchDynamicLayerBackMode, c10::DispatchKey::FuncTorchBatched,
+     c10::DispatchKey::BatchedNestedTensor, c10::DispatchKey::Batched, c10::DispatchKey::Functionalize});
 
 enum class CallKind { Kernel, Interposed, Fake };
 
 // How the dispatcher will treat this call: the keys of its tensors with the thread's included
 // keys, less the excluded ones (what Dispatcher::call computes). Nothing here throws in practice;
 // should it, the call is taken for a kernel call rather than let anything escape the callback.
-CallKind call_kind(c10::ArrayRef<const c10::IValue> args) noexcept try {
-  const auto tls = c10::impl::tls_local_dispatch_key_set();
+CallKind call_kind(const ThreadState& ts, c10::ArrayRef<const c10::IValue> args) noexcept try {
+  const auto tls = dispatch_keys(ts);
   // FakeTensor runs its meta kernels with Meta forced on (in_kernel_invocation_manager): shape
   // propagation (torch.compile's tracing), no work. Real meta tensors carry Meta themselves.
   if (tls.included_.has(c10::DispatchKey::Meta)) return CallKind::Fake;
@@ -631,14 +672,17 @@ CallKind call_kind(c10::ArrayRef<const c10::IValue> args) noexcept try {
     if (v.isTensor()) {
       add(v.toTensor());
     } else if (v.isList() && v.isTensorList()) {  // isTensorList is not inlined: lists only
-      for (const at::Tensor& t : v.toTensorList()) add(t);
+      // Its elements in place (toTensorList would copy the list's handle: two atomic updates).
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) add(e.toTensor());
+      }
     }
   }
   keys = keys - tls.excluded_;
   // A torch.func level's wrapper tensor whose level has exited (a vjp function called after
   // its grad transform returned): functorch's fallback unwraps it and calls the operator again.
   if (dead_wrapper && keys.has(c10::DispatchKey::FuncTorchGradWrapper)) return CallKind::Interposed;
-  return keys.has_any(wrapper_keys()) ? CallKind::Interposed : CallKind::Kernel;
+  return keys.has_any(kWrapperKeys) ? CallKind::Interposed : CallKind::Kernel;
 } catch (...) {
   return CallKind::Kernel;
 }
@@ -646,8 +690,8 @@ CallKind call_kind(c10::ArrayRef<const c10::IValue> args) noexcept try {
 // Inside a claimed ATen kernel, calls made below its autograd layer run with the autograd keys
 // excluded (AutoDispatchBelowADInplaceOrView): the kernel's own decomposition. Calls made with
 // autograd live come from its autograd layer: forward-mode tangents, saved-tensor hooks.
-inline bool below_autograd() {
-  return c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutogradFunctionality);
+inline bool below_autograd(const ThreadState& ts) {
+  return dispatch_keys(ts).excluded_.has(c10::DispatchKey::AutogradFunctionality);
 }
 
 inline void push_claim(ThreadSlot* st, bool pending, bool kernel, const ffi::Receipt& receipt) {
@@ -661,7 +705,7 @@ void on_start(ThreadState& ts, std::size_t slot, const at::RecordFunction& fn, O
   ++st->depth;
   if (st->claims > 0) {
     const Claim& inner = st->claim[st->claims - 1];
-    if (!inner.kernel || st->claims == kMaxClaims || below_autograd()) return;
+    if (!inner.kernel || st->claims == kMaxClaims || below_autograd(ts)) return;
     // Called by the claimed kernel's autograd layer: an operator of its own, counted below.
   }
   if (st->suppressed > 0) {
@@ -687,7 +731,7 @@ void on_start(ThreadState& ts, std::size_t slot, const at::RecordFunction& fn, O
     return;
   }
   auto args = ffi::arguments(fn);
-  CallKind kind = call_kind(args);
+  CallKind kind = call_kind(ts, args);
   if (kind == CallKind::Fake) {
     push_claim(st, /*pending=*/false, /*kernel=*/false, ffi::Receipt{});
     return;

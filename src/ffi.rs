@@ -435,13 +435,10 @@ fn on_op_start(start: &OpStart, event: &OpEvent, receipt: &mut Receipt) -> u8 {
     let call = OpCall { key, token, phase, sequence, interposed, origin: Origin::from_u8(origin) };
     let mut counted = session::Receipt::default();
     // A panic (a bug) is recorded against the session, and the event's children are skipped;
-    // the outer catch is the last line of defence: nothing may unwind into C++.
-    let decision = catch_unwind(AssertUnwindSafe(|| {
-        registry::guarded_event(slot, generation, || {
-            registry::on_op_start(slot, generation, call, &Event(event), &mut counted)
-        })
-    }))
-    .unwrap_or(Decision::SKIP);
+    // nothing unwinds out of guarded_event, so nothing may unwind into C++.
+    let decision = registry::guarded_event(slot, generation, || {
+        registry::on_op_start(slot, generation, call, &Event(event), &mut counted)
+    });
     let session::Receipt { valid, op, scope, phase, category, flops } = counted;
     *receipt = Receipt { valid, op, scope, phase, category, flops };
     decision.0

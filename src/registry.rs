@@ -327,32 +327,46 @@ const NAMING_ROUNDS: usize = 8;
 /// `receipt` receives what it counted at once (see [`Receipt`]).
 pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent, receipt: &mut Receipt) -> Decision {
     let Some(cell) = SLOTS.get(slot) else { return Decision::DESCEND };
-    // A session labelling by frames may first need the host to name modules (rare: the first
-    // operator in a module nobody named), which it does with the slot unlocked (naming calls back
-    // into `name_modules`); then the event is looked at again. The host names the outermost
-    // unnamed call first, as the hooks' pre-hook would, and the frames are read again: naming a
-    // module names its submodules, so the calls inside it are usually named by then (naming
-    // each in turn named the same tree once per nesting level). The next-to-last round names
-    // all that are left; the last passes over whatever is still unnamed, so that the loop ends
-    // whatever the host does.
+    let unnamed = {
+        let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = &mut *guard;
+        match (&mut slot.state, slot.generation == generation) {
+            (Some(State::Open(session)), true) => {
+                let decision = session.on_op_start(call, event);
+                if decision != Decision::NAME {
+                    *receipt = session.take_receipt();
+                    return decision;
+                }
+                session.take_unnamed()
+            }
+            _ => return Decision::SKIP,
+        }
+    };
+    name_then_start(slot, generation, call, event, receipt, unnamed)
+}
+
+/// The rest of [`on_op_start`] for an event in module calls nobody named (rare: the first
+/// operator in such a call), kept out of the common path. The host names them with the slot
+/// unlocked (naming calls back into `name_modules`); then the event is looked at again. The
+/// host names the outermost unnamed call first, as the hooks' pre-hook would, and the frames
+/// are read again: naming a module names its submodules, so the calls inside it are usually
+/// named by then (naming each in turn named the same tree once per nesting level). The
+/// next-to-last round names all that are left; the last passes over whatever is still unnamed,
+/// so that the loop ends whatever the host does.
+#[cold]
+#[inline(never)]
+fn name_then_start(
+    slot: usize,
+    generation: u64,
+    call: OpCall,
+    event: &dyn OpEvent,
+    receipt: &mut Receipt,
+    mut unnamed: Vec<(u64, bool)>,
+) -> Decision {
+    let Some(cell) = SLOTS.get(slot) else { return Decision::DESCEND };
+    let handle = Handle { slot, generation }.pack();
     for round in 0..NAMING_ROUNDS {
         let all_at_once = round + 2 >= NAMING_ROUNDS;
-        let unnamed = {
-            let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
-            let slot = &mut *guard;
-            match (&mut slot.state, slot.generation == generation) {
-                (Some(State::Open(session)), true) => {
-                    let decision = session.on_op_start(call, event);
-                    if decision != Decision::NAME {
-                        *receipt = session.take_receipt();
-                        return decision;
-                    }
-                    session.take_unnamed()
-                }
-                _ => return Decision::SKIP,
-            }
-        };
-        let handle = Handle { slot, generation }.pack();
         let asked = if all_at_once { unnamed.len() } else { 1 };
         let passed: Vec<u64> = unnamed
             .into_iter()
@@ -365,21 +379,24 @@ pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEve
         if with_open(handle, |session| session.named(&passed)).is_err() {
             return Decision::SKIP;
         }
-    }
-    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
-    let slot = &mut *guard;
-    match (&mut slot.state, slot.generation == generation) {
-        (Some(State::Open(session)), true) => {
-            let decision = session.on_op_start(call, event);
-            *receipt = session.take_receipt();
-            if decision == Decision::NAME {
-                Decision::DESCEND
-            } else {
-                decision
+        let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = &mut *guard;
+        match (&mut slot.state, slot.generation == generation) {
+            (Some(State::Open(session)), true) => {
+                let decision = session.on_op_start(call, event);
+                *receipt = session.take_receipt();
+                if decision != Decision::NAME {
+                    return decision;
+                }
+                if round + 1 == NAMING_ROUNDS {
+                    return Decision::DESCEND;
+                }
+                unnamed = session.take_unnamed();
             }
+            _ => return Decision::SKIP,
         }
-        _ => Decision::SKIP,
     }
+    Decision::DESCEND
 }
 
 /// The session labels its work by the module calls the host's frames show open on the thread
@@ -408,19 +425,31 @@ pub fn on_op_abort(slot: usize, generation: u64, receipt: Receipt) {
 /// not unwind into C++ (that aborts the process) and must not vanish either: the session
 /// records it (its total becomes partial, with an `internal_error` diagnostic) and the event's
 /// children are skipped, so that nothing is counted twice.
+///
+/// Nothing unwinds out of it: what handles the panic (dropping its payload included) runs under
+/// a catch of its own, so callers need none.
+#[inline]
 pub fn guarded_event(slot: usize, generation: u64, handle_event: impl FnOnce() -> Decision) -> Decision {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(handle_event)) {
         Ok(decision) => decision,
-        Err(_) => {
-            if let Some(cell) = SLOTS.get(slot) {
-                let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
-                if guard.generation == generation {
-                    if let Some(State::Open(session)) = &mut guard.state {
-                        session.record_internal_error();
-                    }
-                }
-            }
+        Err(payload) => {
+            // A payload may panic as it drops: each step is caught on its own, the drop first so
+            // that nothing is dropped while a panic unwinds (which would abort).
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+            let _ = std::panic::catch_unwind(|| record_internal_error(slot, generation));
             Decision::SKIP
+        }
+    }
+}
+
+#[cold]
+fn record_internal_error(slot: usize, generation: u64) {
+    if let Some(cell) = SLOTS.get(slot) {
+        let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.generation == generation {
+            if let Some(State::Open(session)) = &mut guard.state {
+                session.record_internal_error();
+            }
         }
     }
 }
@@ -529,6 +558,24 @@ mod tests {
         assert_eq!(enter_module(7, &mut []), 0);
         assert_eq!(open_module_calls(handle).unwrap(), 0);
         discard(handle);
+    }
+
+    #[test]
+    fn a_panic_whose_payload_panics_as_it_drops_is_still_caught_and_recorded() {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                panic!("a payload that panics as it drops");
+            }
+        }
+        let (handle, _) = open(Config::default()).unwrap();
+        let decision = guarded_event(handle.slot, handle.generation, || std::panic::panic_any(PanicsOnDrop));
+        assert_eq!(decision, Decision::SKIP);
+        let packed = handle.pack();
+        close(packed).unwrap();
+        let report = finish(packed, &[]).unwrap();
+        assert_eq!(report.total.status, crate::report::Status::Partial);
+        assert!(report.diagnostics.iter().any(|d| d.code == "internal_error"));
     }
 
     #[test]
