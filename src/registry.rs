@@ -327,22 +327,43 @@ const NAMING_ROUNDS: usize = 8;
 /// `receipt` receives what it counted at once (see [`Receipt`]).
 pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEvent, receipt: &mut Receipt) -> Decision {
     let Some(cell) = SLOTS.get(slot) else { return Decision::DESCEND };
-    let unnamed = {
-        let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = &mut *guard;
-        match (&mut slot.state, slot.generation == generation) {
-            (Some(State::Open(session)), true) => {
-                let decision = session.on_op_start(call, event);
-                if decision != Decision::NAME {
-                    *receipt = session.take_receipt();
-                    return decision;
-                }
-                session.take_unnamed()
-            }
-            _ => return Decision::SKIP,
-        }
+    match start_in(cell, generation, call, event, receipt, true) {
+        Started::Decided(decision) => decision,
+        Started::Unnamed(unnamed) => name_then_start(cell, Handle { slot, generation }, call, event, receipt, unnamed),
+    }
+}
+
+/// What the session made of an operator's start: a decision, or the module calls it needs
+/// named first (labelling by frames, the first operator in a call nobody named).
+enum Started {
+    Decided(Decision),
+    Unnamed(Vec<(u64, bool)>),
+}
+
+/// Hands an event to the session in `cell` if it is still `generation`'s and open (else it is
+/// skipped). A session that needs module calls named hands them over when `naming`; otherwise
+/// the event descends without labels.
+#[inline]
+fn start_in(
+    cell: &Mutex<Slot>,
+    generation: u64,
+    call: OpCall,
+    event: &dyn OpEvent,
+    receipt: &mut Receipt,
+    naming: bool,
+) -> Started {
+    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = &mut *guard;
+    let (Some(State::Open(session)), true) = (&mut slot.state, slot.generation == generation) else {
+        return Started::Decided(Decision::SKIP);
     };
-    name_then_start(slot, generation, call, event, receipt, unnamed)
+    let decision = session.on_op_start(call, event);
+    *receipt = session.take_receipt();
+    match decision {
+        Decision::NAME if naming => Started::Unnamed(session.take_unnamed()),
+        Decision::NAME => Started::Decided(Decision::DESCEND),
+        decision => Started::Decided(decision),
+    }
 }
 
 /// The rest of [`on_op_start`] for an event in module calls nobody named (rare: the first
@@ -352,48 +373,34 @@ pub fn on_op_start(slot: usize, generation: u64, call: OpCall, event: &dyn OpEve
 /// are read again: naming a module names its submodules, so the calls inside it are usually
 /// named by then (naming each in turn named the same tree once per nesting level). The
 /// next-to-last round names all that are left; the last passes over whatever is still unnamed,
-/// so that the loop ends whatever the host does.
+/// so that the loop ends whatever the host does, and the event is looked at one last time.
 #[cold]
 #[inline(never)]
 fn name_then_start(
-    slot: usize,
-    generation: u64,
+    cell: &Mutex<Slot>,
+    handle: Handle,
     call: OpCall,
     event: &dyn OpEvent,
     receipt: &mut Receipt,
     mut unnamed: Vec<(u64, bool)>,
 ) -> Decision {
-    let Some(cell) = SLOTS.get(slot) else { return Decision::DESCEND };
-    let handle = Handle { slot, generation }.pack();
+    let packed = handle.pack();
     for round in 0..NAMING_ROUNDS {
         let all_at_once = round + 2 >= NAMING_ROUNDS;
+        let last = round + 1 == NAMING_ROUNDS;
         let asked = if all_at_once { unnamed.len() } else { 1 };
         let passed: Vec<u64> = unnamed
             .into_iter()
             .take(asked)
-            .filter(|&(module, inside)| {
-                round + 1 == NAMING_ROUNDS || !host_frames::name_unnamed(handle, module, inside)
-            })
+            .filter(|&(module, inside)| last || !host_frames::name_unnamed(packed, module, inside))
             .map(|(module, _)| module)
             .collect();
-        if with_open(handle, |session| session.named(&passed)).is_err() {
+        if with_open(packed, |session| session.named(&passed)).is_err() {
             return Decision::SKIP;
         }
-        let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = &mut *guard;
-        match (&mut slot.state, slot.generation == generation) {
-            (Some(State::Open(session)), true) => {
-                let decision = session.on_op_start(call, event);
-                *receipt = session.take_receipt();
-                if decision != Decision::NAME {
-                    return decision;
-                }
-                if round + 1 == NAMING_ROUNDS {
-                    return Decision::DESCEND;
-                }
-                unnamed = session.take_unnamed();
-            }
-            _ => return Decision::SKIP,
+        match start_in(cell, handle.generation, call, event, receipt, !last) {
+            Started::Decided(decision) => return decision,
+            Started::Unnamed(more) => unnamed = more,
         }
     }
     Decision::DESCEND
