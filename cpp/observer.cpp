@@ -654,7 +654,8 @@ enum class CallKind { Kernel, Interposed, Fake };
 // How the dispatcher will treat this call: the keys of its tensors with the thread's included
 // keys, less the excluded ones (what Dispatcher::call computes). Nothing here throws in practice;
 // should it, the call is taken for a kernel call rather than let anything escape the callback.
-CallKind call_kind(const ThreadState& ts, c10::ArrayRef<const c10::IValue> args) noexcept try {
+// `tensors`: whether the call has a tensor argument (else it is a factory function).
+CallKind call_kind(const ThreadState& ts, c10::ArrayRef<const c10::IValue> args, bool& tensors) noexcept try {
   const auto tls = dispatch_keys(ts);
   // FakeTensor runs its meta kernels with Meta forced on (in_kernel_invocation_manager): shape
   // propagation (torch.compile's tracing), no work. Real meta tensors carry Meta themselves.
@@ -662,6 +663,7 @@ CallKind call_kind(const ThreadState& ts, c10::ArrayRef<const c10::IValue> args)
   c10::DispatchKeySet keys = tls.included_;
   bool dead_wrapper = false;
   auto add = [&](const at::Tensor& t) {
+    tensors = true;
     keys = keys | t.key_set();
     if (t.key_set().has(c10::DispatchKey::FuncTorchGradWrapper)) {
       auto* wrapper = at::functorch::maybeGetTensorWrapper(t);
@@ -731,7 +733,8 @@ void on_start(ThreadState& ts, std::size_t slot, const at::RecordFunction& fn, O
     return;
   }
   auto args = ffi::arguments(fn);
-  CallKind kind = call_kind(ts, args);
+  bool tensors = false;
+  CallKind kind = call_kind(ts, args, tensors);
   if (kind == CallKind::Fake) {
     push_claim(st, /*pending=*/false, /*kernel=*/false, ffi::Receipt{});
     return;
@@ -755,7 +758,9 @@ void on_start(ThreadState& ts, std::size_t slot, const at::RecordFunction& fn, O
   if (decision & kSuppress) ++st->suppressed;
   if ((decision & kResume) && st->suppressed > 0) --st->suppressed;
   if (decision & kSkip) {
-    push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0, receipt);
+    // A factory function (no tensor argument) has no autograd layer: whatever it calls is its
+    // own implementation (a meta kernel written in Python, say), not an operator of its own.
+    push_claim(st, (decision & kPending) != 0, (decision & kKernel) != 0 && tensors, receipt);
   } else if (kind == CallKind::Interposed && st->wrappers < kMaxClaims) {
     st->wrapper[st->wrappers++] = {st->depth, uncaught_exceptions(st), static_cast<int64_t>(st->undo.size())};
   }

@@ -31,6 +31,7 @@ hook), so that graphs compiled before a measurement started are priced too.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib.abc
@@ -40,7 +41,7 @@ import logging
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -53,6 +54,7 @@ _OUTPUT_CODE = "torch._inductor.output_code"
 _COMPILE_FX = "torch._inductor.compile_fx"
 _AOT_AUTOGRAD = "torch._dynamo.backends.common"
 _DEBUGGING_BACKENDS = "torch._dynamo.backends.debugging"
+_CONVERT_FRAME = "torch._dynamo.convert_frame"
 _WRAPPED = "__torchscan_wrapped__"
 _GRAPH = "_torchscan_priced_graph"
 _lock = threading.Lock()
@@ -83,6 +85,23 @@ def _run_priced(graph: int, call: Callable[..., Any], *args: Any) -> Any:
     finally:
         runs.depth -= 1
         _end(graph, completed)
+
+
+@contextlib.contextmanager
+def _compiling() -> Iterator[None]:
+    """Compilation, which is never the workload's: every session observing the thread is
+    suppressed meanwhile. (The observer recognises the tracing on fake tensors by itself; this
+    covers the real tensors compilation computes too, such as a factory call it folds into a
+    constant, and inductor's benchmarking of the kernels it generates.)"""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # a fake-tensor mode would answer the markers itself
+        _begin()
+    try:
+        yield
+    finally:
+        with unset_fake_temporarily():
+            _end(-1, False)
 
 
 def _count_runs(call: Callable[[Any, Sequence[Any]], Any]) -> Callable[[Any, Sequence[Any]], Any]:
@@ -123,19 +142,20 @@ def _wrap_compile_fx(module: ModuleType) -> None:
     def compile_fx(*args: Any, **kwargs: Any) -> Any:
         if getattr(_local, "compiling", False):
             return original(*args, **kwargs)  # inductor's own recursive call: already tagged
-        bound = signature.bind(*args, **kwargs)
-        graphs = _price(bound.arguments["model_"], bound.arguments["example_inputs_"])
-        if graphs is None:
-            return original(*args, **kwargs)
-        inner = bound.arguments.get("inner_compile", default_inner)
-        bound.arguments["inner_compile"] = _tagging(inner, graphs)
-        _local.compiling = True
-        try:
-            # AOTAutograd's cache would load compiled graphs without calling inner_compile.
-            with torch._functorch.config.patch(enable_autograd_cache=False):
-                return original(*bound.args, **bound.kwargs)
-        finally:
-            _local.compiling = False
+        with _compiling():
+            bound = signature.bind(*args, **kwargs)
+            graphs = _price(bound.arguments["model_"], bound.arguments["example_inputs_"])
+            if graphs is None:
+                return original(*args, **kwargs)
+            inner = bound.arguments.get("inner_compile", default_inner)
+            bound.arguments["inner_compile"] = _tagging(inner, graphs)
+            _local.compiling = True
+            try:
+                # AOTAutograd's cache would load compiled graphs without calling inner_compile.
+                with torch._functorch.config.patch(enable_autograd_cache=False):
+                    return original(*bound.args, **bound.kwargs)
+            finally:
+                _local.compiling = False
 
     setattr(compile_fx, _WRAPPED, True)
     module.compile_fx = compile_fx  # type: ignore[attr-defined]
@@ -160,18 +180,19 @@ def _wrap_aot_autograd(module: ModuleType) -> None:
             # inductor's own (priced through compile_fx, its compiled graphs tagged), or nested
             # inputs (flattened, then called again).
             return original(self, gm, example_inputs, **kwargs)
-        graphs = _price(gm, example_inputs)
-        if graphs is None:
-            return original(self, gm, example_inputs, **kwargs)  # its operators count as they run
-        priced = copy.copy(self)
-        fw = self.kwargs["fw_compiler"]
-        priced.kwargs = {
-            **self.kwargs,
-            "fw_compiler": _bracketing(fw, graphs.get("forward")),
-            "bw_compiler": _bracketing(self.kwargs.get("bw_compiler") or fw, graphs.get("backward")),
-            "inference_compiler": _bracketing(self.kwargs.get("inference_compiler") or fw, graphs.get("inference")),
-        }
-        return original(priced, gm, example_inputs, **kwargs)
+        with _compiling():
+            graphs = _price(gm, example_inputs)
+            if graphs is None:
+                return original(self, gm, example_inputs, **kwargs)  # its operators count as they run
+            priced = copy.copy(self)
+            fw = self.kwargs["fw_compiler"]
+            priced.kwargs = {
+                **self.kwargs,
+                "fw_compiler": _bracketing(fw, graphs.get("forward")),
+                "bw_compiler": _bracketing(self.kwargs.get("bw_compiler") or fw, graphs.get("backward")),
+                "inference_compiler": _bracketing(self.kwargs.get("inference_compiler") or fw, graphs.get("inference")),
+            }
+            return original(priced, gm, example_inputs, **kwargs)
 
     setattr(__call__, _WRAPPED, True)
     owner: Any = cls  # AOTAutograd's backend class, patched in place
@@ -183,7 +204,8 @@ def _bracketing(compiler: Callable[..., Any], graph: int | None) -> Callable[...
 
     @functools.wraps(compiler)
     def compile(gm: Any, example_inputs: Any) -> Any:
-        compiled = compiler(gm, example_inputs)
+        with _compiling():  # (a backward graph may be compiled at its first run)
+            compiled = compiler(gm, example_inputs)
         if graph is None:
             return compiled
 
@@ -195,6 +217,23 @@ def _bracketing(compiler: Callable[..., Any], graph: int | None) -> Callable[...
         return run
 
     return compile
+
+
+def _wrap_convert_frame(module: ModuleType) -> None:
+    """Dynamo's compilation of a frame: besides its tracing on fake tensors, it computes on real
+    ones (a factory call with constant arguments, folded); none of it is the workload's. The
+    frame's code runs after `_compile` returns (compiled, or as it is)."""
+    original = getattr(module, "_compile", None)
+    if original is None or getattr(original, _WRAPPED, False):
+        return
+
+    @functools.wraps(original)
+    def _compile(*args: Any, **kwargs: Any) -> Any:
+        with _compiling():
+            return original(*args, **kwargs)
+
+    setattr(_compile, _WRAPPED, True)
+    module._compile = _compile  # type: ignore[attr-defined]
 
 
 def _wrap_eager_backend(module: ModuleType) -> None:
@@ -243,7 +282,8 @@ def _tagging(inner: Callable[..., Any], graphs: dict[str, int]) -> Callable[...,
 
     @functools.wraps(inner)
     def inner_compile(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
-        compiled = inner(gm, example_inputs, **kwargs)
+        with _compiling():  # (a backward graph may be compiled at its first run)
+            compiled = inner(gm, example_inputs, **kwargs)
         kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
         graph = graphs.get(kind)
         if graph is not None:
@@ -439,11 +479,25 @@ class _Replay(torch.fx.Interpreter):
         self._labels[n] = labels
         return labels
 
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        # Every tensor of the replay is on the meta device: so are the devices a node names (a
+        # rotary embedding's `.to(x.device)`, a factory's `device=`), or the node would mix
+        # devices. Where work runs changes no price.
+        args, kwargs = torch.fx.node.map_aggregate((args, kwargs), _on_meta)
+        return super().call_function(target, args, kwargs)
+
     def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
         value = super().get_attr(target, args, kwargs)
         if isinstance(value, torch.Tensor) and value.device.type != "meta":
             return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
         return value
+
+
+_META = torch.device("meta")
+
+
+def _on_meta(value: Any) -> Any:
+    return _META if isinstance(value, torch.device) else value
 
 
 def _module_labels(n: torch.fx.Node) -> list[str]:
@@ -464,6 +518,7 @@ _WRAPPERS: dict[str, Callable[[ModuleType], None]] = {
     _COMPILE_FX: _wrap_compile_fx,
     _AOT_AUTOGRAD: _wrap_aot_autograd,
     _DEBUGGING_BACKENDS: _wrap_eager_backend,
+    _CONVERT_FRAME: _wrap_convert_frame,
 }
 
 

@@ -220,6 +220,42 @@ def test_compiled_hf_bert_counts_what_eager_mode_counts(backend, kind):
             assert_counts_as_eager(report, eager, backend)
 
 
+class Positions(nn.Module):
+    """Makes a tensor on its input's device, as a language model makes its cache positions: the
+    ATen graph names the device (`arange(8, device=cpu)`), which the meta-device replay that
+    prices the graph must not follow."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[-1], device=x.device, dtype=x.dtype)
+        return self.fc(x * positions)
+
+
+# mul on [2,8] (16), addmm [2,8] @ [8,4] (128); backward (x needs no gradient): dW = dOut^T[4,2]
+# @ H[2,8] (128) and db over the batch (8), after the loss's sum (8).
+POSITIONS_FORWARD = 2 * 8 + 2 * 2 * 8 * 4  # 144
+POSITIONS_STEP = POSITIONS_FORWARD + 2 * 4 + 2 * 4 * 2 * 8 + 2 * 4  # 288
+
+
+@pytest.mark.parametrize("kind", ["inference", "training"])
+@pytest.mark.parametrize("backend", [*BACKENDS, pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_model_that_makes_tensors_on_its_device_counts_what_eager_mode_counts(backend, kind):
+    net, x = Positions(), torch.randn(2, 8)
+    eager = counted(workload_of(kind, net, net, x))
+    assert eager["total"]["value"] == (POSITIONS_FORWARD if kind == "inference" else POSITIONS_STEP)
+    assert eager["by_module"]["Positions.fc"] == eager["total"]["value"] - 2 * 8 - (0 if kind == "inference" else 8)
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(2):
+        report = measure(workload_of(kind, net, compiled, x))
+        if backend == "inductor":
+            assert_inductor_counts_as_eager(report, eager)
+        else:
+            assert_counts_as_eager(report, eager, backend)
+
+
 @pytest.mark.parametrize("kind", ["inference", "training"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_compiled_model_with_a_graph_break_counts_what_eager_mode_counts(backend, kind):
