@@ -168,6 +168,10 @@ std::string torch_version() {
 // what sessions observe; the core reports its work as uncounted compiled code.
 void inductor_graph() {}
 
+// Marks one run of a graph compiled by an AOTAutograd backend (aot_eager) that could not be
+// priced: its operators count as they run, but the modules inside it run no call of their own.
+void unlabelled_graph() {}
+
 // Around each run of a compiled graph priced when it was compiled (src/session/priced.rs): sessions
 // observing the thread count nothing the run dispatches, and the end adds the graph's price when
 // the run completed.
@@ -377,6 +381,7 @@ TORCH_LIBRARY(torchscan, m) {
   def("classify_operator(str name) -> str[]", &torchscan::classify_operator);
   def("registry_operators() -> str[]", &torchscan::registry_operators);
   def("inductor_graph() -> ()", &torchscan::inductor_graph);
+  def("unlabelled_graph() -> ()", &torchscan::unlabelled_graph);
   def("compiled_begin() -> ()", &torchscan::compiled_begin);
   def("compiled_end(int graph, bool completed) -> ()", &torchscan::compiled_end);
   def("price_session(int session) -> int", &torchscan::sessions::price);

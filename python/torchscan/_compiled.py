@@ -181,16 +181,20 @@ def _wrap_aot_autograd(module: ModuleType) -> None:
             # inputs (flattened, then called again).
             return original(self, gm, example_inputs, **kwargs)
         with _compiling():
+            # Unpriced (None): its operators count as they run; its runs are marked unlabelled when
+            # they call modules that eager mode would label.
             graphs = _price(gm, example_inputs)
-            if graphs is None:
-                return original(self, gm, example_inputs, **kwargs)  # its operators count as they run
+            unlabelled = graphs is None and _calls_inner_modules(gm)
+            graphs = graphs or {}
             priced = copy.copy(self)
             fw = self.kwargs["fw_compiler"]
+            bw = self.kwargs.get("bw_compiler") or fw
+            inference = self.kwargs.get("inference_compiler") or fw
             priced.kwargs = {
                 **self.kwargs,
-                "fw_compiler": _bracketing(fw, graphs.get("forward")),
-                "bw_compiler": _bracketing(self.kwargs.get("bw_compiler") or fw, graphs.get("backward")),
-                "inference_compiler": _bracketing(self.kwargs.get("inference_compiler") or fw, graphs.get("inference")),
+                "fw_compiler": _bracketing(fw, graphs.get("forward"), unlabelled),
+                "bw_compiler": _bracketing(bw, graphs.get("backward"), unlabelled),
+                "inference_compiler": _bracketing(inference, graphs.get("inference"), unlabelled),
             }
             return original(priced, gm, example_inputs, **kwargs)
 
@@ -199,18 +203,31 @@ def _wrap_aot_autograd(module: ModuleType) -> None:
     owner.__call__ = __call__
 
 
-def _bracketing(compiler: Callable[..., Any], graph: int | None) -> Callable[..., Any]:
-    """`compiler`, whose compiled functions run as priced graph `graph` (as they are: None)."""
+def _calls_inner_modules(gm: Any) -> bool:
+    """Whether a Dynamo graph calls modules other than those its compiled frame holds: run as it
+    is, it would leave them unlabelled. (A `torch.cond` branch calls no module of its own in
+    eager mode either: its nodes sit inside the `cond` node.)"""
+    frame = {str(id(module)) for module in _compiling_frame_modules()}
+    return any(module not in frame for node in gm.graph.nodes for module in _module_labels(node))
+
+
+def _bracketing(compiler: Callable[..., Any], graph: int | None, unlabelled: bool = False) -> Callable[..., Any]:
+    """`compiler`, whose compiled functions run as priced graph `graph`; None: unpriced, they
+    run as they are (their operators count as they run), each run marked as `unlabelled` when the
+    modules inside the graph run no call of their own that eager mode would label."""
+    mark = ops.unlabelled_graph.default
 
     @functools.wraps(compiler)
     def compile(gm: Any, example_inputs: Any) -> Any:
         with _compiling():  # (a backward graph may be compiled at its first run)
             compiled = compiler(gm, example_inputs)
-        if graph is None:
-            return compiled
 
         @functools.wraps(compiled)
         def run(*args: Any) -> Any:
+            if graph is None:
+                if unlabelled:
+                    mark()
+                return compiled(*args)
             return _run_priced(graph, compiled, *args)
 
         run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
@@ -470,11 +487,18 @@ class _Replay(torch.fx.Interpreter):
     def _labels_of(self, n: torch.fx.Node) -> list[str]:
         labels = _module_labels(n)
         if not labels and self._side == "backward":
-            # Backward work of no module (the sum of two gradients of one tensor): eager mode's
-            # engine does it after the node that produced the later gradient, and gives it that
-            # node's module. That is the input computed last here.
+            saved = [a for a in n.all_input_nodes if self._sides.get(a) == "forward" and _module_labels(a)]
             later = [a for a in n.all_input_nodes if self._sides.get(a) == "backward" and a in self._labels]
-            if later:
+            if saved:
+                # A gradient AOTAutograd could not tie to its forward operator (an in-place
+                # activation, `hardswish_`, whose functional form was traced under another
+                # sequence number): the module that computed the activation it saved, as eager
+                # mode's engine attributes it (its node was created there).
+                labels = _module_labels(max(saved, key=self._order.__getitem__))
+            elif later:
+                # Backward work of no module (the sum of two gradients of one tensor): eager
+                # mode's engine does it after the node that produced the later gradient, and
+                # gives it that node's module. That is the input computed last here.
                 labels = self._labels[max(later, key=self._order.__getitem__)]
         self._labels[n] = labels
         return labels

@@ -215,6 +215,21 @@ impl Session {
                 ),
             ));
         }
+        if self.unlabelled_runs > 0 {
+            diagnostics.push(session_diagnostic(
+                "unlabelled_compiled_code",
+                Severity::Warning,
+                format!(
+                    "graphs compiled by an AOTAutograd backend (aot_eager) ran {} time(s) without a price \
+                     (symbolic sizes, activation checkpointing inside the graph, or a tracing failure): their \
+                     operators are counted in the total, but the modules inside the compiled region ran no \
+                     call of their own, so by_module gives their work to the module call around the region \
+                     (none when the compiled module is the root) and misses the modules inside it; compile \
+                     with static shapes, or measure the model uncompiled, for by_module",
+                    self.unlabelled_runs
+                ),
+            ));
+        }
         if self.internal_errors > 0 {
             diagnostics.push(session_diagnostic(
                 "internal_error",

@@ -188,6 +188,10 @@ impl Origin {
 pub const COMPILED_GRAPH_OPERATOR: &str = "torchscan::inductor_graph";
 /// Dispatched by the Python layer around each run of a compiled graph that was priced when it
 /// was compiled (`priced.rs`): its operators are not counted one by one, the end adds the price.
+/// Dispatched by the Python layer each time a graph compiled by an AOTAutograd backend
+/// (`aot_eager`) that could not be priced runs: its operators are counted as they run, but
+/// without the labels of the modules inside it.
+pub const UNLABELLED_GRAPH_OPERATOR: &str = "torchscan::unlabelled_graph";
 pub const COMPILED_BEGIN_OPERATOR: &str = "torchscan::compiled_begin";
 pub const COMPILED_END_OPERATOR: &str = "torchscan::compiled_end";
 
@@ -208,6 +212,8 @@ enum Class {
     /// A priced compiled graph starts / ends running (`priced.rs`).
     CompiledBegin,
     CompiledEnd,
+    /// A compiled graph runs whose modules get no labels (see [`UNLABELLED_GRAPH_OPERATOR`]).
+    Unlabelled,
 }
 
 /// Per distinct operator (qualified name) of this session.
@@ -293,6 +299,8 @@ pub struct Session {
     backward_seen: bool,
     /// Operator events the core failed to handle (a panic, caught): the total is a lower bound.
     internal_errors: u64,
+    /// Runs of compiled graphs whose modules got no labels (see [`UNLABELLED_GRAPH_OPERATOR`]).
+    unlabelled_runs: u64,
 
     categories: [u64; Category::ALL.len()],
     scopes: ScopeTree,
@@ -327,6 +335,7 @@ impl Session {
             integer: Counter::default(),
             backward_seen: false,
             internal_errors: 0,
+            unlabelled_runs: 0,
             categories: [0; Category::ALL.len()],
             scopes: ScopeTree::new(),
             offsets: Vec::with_capacity(16),
@@ -396,6 +405,15 @@ impl Session {
             Class::Transparent => return Decision::DESCEND,
             // Handled before (compiled graphs), or torchscan's own.
             Class::Internal | Class::CompiledBegin | Class::CompiledEnd => return Decision::SKIP,
+            Class::Unlabelled => {
+                // The run's work lands in the module call around it: that module's count is
+                // right, its submodules' are missing, which the report says.
+                if self.labels_modules() {
+                    self.unlabelled_runs += 1;
+                    self.scopes.mark_incomplete(scope);
+                }
+                return Decision::SKIP;
+            }
             Class::Ignored(_) => {
                 // Counted now (a call, no arithmetic); taken back if it raises.
                 self.ops[op].calls += 1;
@@ -580,7 +598,9 @@ impl Session {
                 self.collectives.record_unfollowed();
                 Decision::SKIP
             }
-            Class::Ignored(_) | Class::Internal | Class::CompiledBegin | Class::CompiledEnd => Decision::SKIP,
+            Class::Ignored(_) | Class::Internal | Class::CompiledBegin | Class::CompiledEnd | Class::Unlabelled => {
+                Decision::SKIP
+            }
         }
     }
 
@@ -661,6 +681,9 @@ impl Session {
         let name = description.name.as_str();
         if name == COMPILED_GRAPH_OPERATOR {
             return Class::Uncounted;
+        }
+        if name == UNLABELLED_GRAPH_OPERATOR {
+            return Class::Unlabelled;
         }
         if name == COMPILED_BEGIN_OPERATOR {
             return Class::CompiledBegin;
@@ -1312,6 +1335,29 @@ mod tests {
         assert_eq!(r.diagnostics.len(), 1);
         assert_eq!(r.diagnostics[0].code, "uncounted_compiled_code");
         assert!(r.diagnostics[0].message.contains("ran 1 time(s)"), "{}", r.diagnostics[0].message);
+    }
+
+    #[test]
+    fn an_unlabelled_graph_run_is_counted_and_its_module_marked_partial() {
+        // Labelling modules: the work stays in the total, the module around the run is partial.
+        let mut s = Session::new(Config { modules: Labelling::Named, ..Config::default() });
+        s.scopes_mut().push("Net");
+        run(
+            &mut s,
+            &[op(UNLABELLED_GRAPH_OPERATOR, false, |_| {}, vec![]), op("aten::mm", true, mm_args, vec![])],
+            Phase::Forward,
+        );
+        let r = report(s);
+        assert_eq!((r.total.status, r.total.value), (Status::Complete, Some(120)));
+        assert_eq!(r.by_module.get("Net"), Some(&120));
+        assert_eq!(r.by_module_status.get("Net"), Some(&Status::Partial));
+        assert_eq!(r.diagnostics.len(), 1);
+        assert_eq!(r.diagnostics[0].code, "unlabelled_compiled_code");
+        assert!(r.diagnostics[0].message.contains("ran 1 time(s)"), "{}", r.diagnostics[0].message);
+        // Not labelling modules: nothing is missing, nothing to say.
+        let mut s = Session::new(Config { modules: Labelling::Off, ..Config::default() });
+        run(&mut s, &[op(UNLABELLED_GRAPH_OPERATOR, false, |_| {}, vec![])], Phase::Forward);
+        assert!(report(s).diagnostics.is_empty());
     }
 
     #[test]

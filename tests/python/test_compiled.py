@@ -696,6 +696,74 @@ def test_checkpointing_inside_a_compiled_region_is_never_undercounted(backend):
             # little more than eager mode's checkpoint), never the joint graph's smaller price.
             assert report["total"]["status"] == "complete"
             assert report["total"]["value"] >= eager["total"]["value"]
+            # ... without the labels of the modules inside the region, which the report says.
+            assert [d["code"] for d in report["diagnostics"]] == ["unlabelled_compiled_code"]
         else:  # not priced: reported, never a smaller "complete" total
             assert report["total"]["status"] == "partial"
             assert [d["code"] for d in report["diagnostics"]] == ["uncounted_compiled_code"]
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = mlp()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
+@pytest.mark.parametrize("kind", ["inference", "training"])
+def test_unpriced_aot_eager_graph_is_counted_and_its_missing_module_labels_are_reported(kind):
+    net, x = Outer(), torch.randn(2, 8)
+    eager = counted(workload_of(kind, net, net, x))
+    inner = net.inner
+    net.inner = torch.compile(inner, backend="aot_eager", dynamic=True)  # symbolic sizes: unpriced
+    try:
+        report = measure(workload_of(kind, net, net, x))
+    finally:
+        net.inner = inner
+    # Its operators count as they run: the same total, phases and categories as eager mode.
+    for key in ("total", "by_phase", "by_category"):
+        assert report[key] == eager[key], key
+    # The compiled module's call is open around the graph: its count and its parent's are
+    # eager's; the modules inside it ran no call, and the report says so (never "complete").
+    for label in ("Outer", "Outer.inner", "Outer.head"):
+        assert report["by_module"][label] == eager["by_module"][label], label
+    assert eager["by_module"]["Outer.inner.0"] == MM1 * (1 if kind == "inference" else 2) + (
+        0 if kind == "inference" else 32
+    )
+    assert not any(label.startswith("Outer.inner.") for label in report["by_module"])
+    assert report["by_module_status"]["Outer.inner"] == "partial"
+    assert report["by_module_status"]["Outer.head"] == "complete"
+    assert [d["code"] for d in report["diagnostics"]] == ["unlabelled_compiled_code"]
+    runs = 1 if kind == "inference" else 2  # a training step runs its forward and backward graphs
+    assert f"ran {runs} time(s)" in report["diagnostics"][0]["message"]
+
+
+def inplace_activations():
+    # In-place activations whose gradient AOTAutograd cannot tie to its forward operator (their
+    # functional form is traced under another sequence number), beside one it can (relu_).
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, bias=False),
+        nn.Hardswish(inplace=True),
+        nn.Conv2d(4, 4, 1, bias=False),
+        nn.Hardsigmoid(inplace=True),
+        nn.Conv2d(4, 2, 1, bias=False),
+        nn.ReLU(inplace=True),
+    )
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_training_step_gives_in_place_activation_gradients_to_their_modules(backend):
+    net, x = inplace_activations(), torch.randn(1, 3, 6, 6)
+    eager = counted(training_step(net, net, x))
+    # Each activation on [1,4,4,4] (or [1,2,4,4]): its forward and its backward, one per element.
+    assert eager["by_module"]["Sequential.1"] == 2 * 64
+    assert eager["by_module"]["Sequential.3"] == 2 * 64
+    assert eager["by_module"]["Sequential.5"] == 2 * 32
+    compiled = torch.compile(net, backend=backend)
+    for _ in range(2):
+        report = measure(training_step(net, compiled, x))
+        for key in ("total", "by_phase", "by_category", "by_module", "by_module_status"):
+            assert report[key] == eager[key], key
