@@ -103,6 +103,9 @@ pub static IGNORED: &[Ignored] = ignore_table! {
         "aten::fill_", "aten::zero_", "aten::new_zeros", "aten::new_ones", "aten::new_full",
         "aten::scalar_tensor", "aten::arange", "aten::normal_", "aten::uniform_", "aten::random_",
         "aten::randn", "aten::rand", "aten::bernoulli", "aten::bernoulli_", "aten::randint", "aten::randperm",
+        // kaiser_window: a CompositeExplicitAutograd kernel that computes through a stub, not
+        // through dispatched operators; a window made once, like linspace and logspace.
+        "aten::kaiser_window",
         "aten::linspace", "aten::eye", "aten::index_fill", "aten::index_fill_", "aten::tril_indices",
         "aten::triu_indices", "aten::range", "aten::logspace", "aten::cauchy_", "aten::exponential_",
         "aten::geometric_", "aten::log_normal_", "aten::normal", "aten::multinomial", "aten::poisson",

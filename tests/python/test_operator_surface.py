@@ -185,3 +185,16 @@ def test_masked_softmax_and_qkv_transform():
     qkv, bias = torch.randn(2, 5, 12), torch.randn(12)
     assert only(lambda: torch._transform_bias_rescale_qkv(qkv, bias, 2), "aten._transform_bias_rescale_qkv") == 160
     assert math.isclose(120 + 120 / 3, 160)
+
+
+def test_window_functions_are_creation_or_the_operators_they_run():
+    # kaiser_window computes through a stub (no operator dispatched for its arithmetic): a
+    # creation, like linspace and logspace, named with its one call; its own arange and empty
+    # are its implementation.
+    report = flops(lambda: torch.kaiser_window(8))
+    assert report["total"]["value"] == 0
+    assert report["ignored_operators"] == {"aten.kaiser_window": {"calls": 1, "reason": "creation"}}
+    # hann_window is composite: the operators it runs are counted. Periodic, length 8: computed on
+    # 9 points, then narrowed: arange(9) * 2pi/8 (mul_, 9), cos_ (9), * -0.5 (mul_, 9), + 0.5 (add_, 9).
+    hann = flops(lambda: torch.hann_window(8))
+    assert hann["by_operator"] == {"aten.mul_": 18, "aten.cos_": 9, "aten.add_": 9}
