@@ -24,6 +24,7 @@ pub mod registry;
 pub mod report;
 pub mod scopes;
 pub mod session;
+mod slot_lock;
 pub mod summary;
 pub mod throughput;
 

@@ -2,13 +2,15 @@
 //! packs the slot and a generation number, so a stale handle (or a late event from a thread
 //! that still carries a closed session's callback) can never reach the slot's next occupant.
 //!
-//! Each slot has its own mutex: sessions on different threads never contend. The shim calls
-//! [`on_op_start`] for every operator event; it never panics out (see `ffi.rs`).
+//! Each slot has its own lock (`slot_lock.rs`): sessions on different threads never contend. The
+//! shim calls [`on_op_start`] for every operator event; it never panics out (see `ffi.rs`).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+use crate::slot_lock::{SlotGuard, SlotLock};
 
 use crate::error::{Error, Result};
 use crate::host_frames;
@@ -33,8 +35,8 @@ struct Slot {
     memos: Option<PriceMemos>,
 }
 
-static SLOTS: [Mutex<Slot>; MAX_SESSIONS] =
-    [const { Mutex::new(Slot { generation: 0, state: None, memos: None }) }; MAX_SESSIONS];
+static SLOTS: [SlotLock<Slot>; MAX_SESSIONS] =
+    [const { SlotLock::new(Slot { generation: 0, state: None, memos: None }) }; MAX_SESSIONS];
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// A handle split into its parts.
@@ -58,9 +60,9 @@ impl Handle {
     }
 }
 
-fn lock(slot: usize) -> MutexGuard<'static, Slot> {
+fn lock(slot: usize) -> SlotGuard<'static, Slot> {
     // A panic while holding the lock is caught at the FFI edge; the slot's data stays usable.
-    SLOTS[slot].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SLOTS[slot].lock()
 }
 
 /// How the shim must observe a session.
@@ -345,14 +347,14 @@ enum Started {
 /// the event descends without labels.
 #[inline]
 fn start_in(
-    cell: &Mutex<Slot>,
+    cell: &SlotLock<Slot>,
     generation: u64,
     call: OpCall,
     event: &dyn OpEvent,
     receipt: &mut Receipt,
     naming: bool,
 ) -> Started {
-    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = cell.lock();
     let slot = &mut *guard;
     let (Some(State::Open(session)), true) = (&mut slot.state, slot.generation == generation) else {
         return Started::Decided(Decision::SKIP);
@@ -377,7 +379,7 @@ fn start_in(
 #[cold]
 #[inline(never)]
 fn name_then_start(
-    cell: &Mutex<Slot>,
+    cell: &SlotLock<Slot>,
     handle: Handle,
     call: OpCall,
     event: &dyn OpEvent,
@@ -420,7 +422,7 @@ pub fn label_by_frames(handle: i64, owner: u64) -> Result<bool> {
 /// A call counted at its start raised: its count is taken back.
 pub fn on_op_abort(slot: usize, generation: u64, receipt: Receipt) {
     let Some(cell) = SLOTS.get(slot) else { return };
-    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = cell.lock();
     if guard.generation == generation {
         if let Some(State::Open(session)) = &mut guard.state {
             session.undo(receipt);
@@ -452,7 +454,7 @@ pub fn guarded_event(slot: usize, generation: u64, handle_event: impl FnOnce() -
 #[cold]
 fn record_internal_error(slot: usize, generation: u64) {
     if let Some(cell) = SLOTS.get(slot) {
-        let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = cell.lock();
         if guard.generation == generation {
             if let Some(State::Open(session)) = &mut guard.state {
                 session.record_internal_error();
@@ -464,7 +466,7 @@ fn record_internal_error(slot: usize, generation: u64) {
 /// The end of a claimed call: counted if `completed` (it returned instead of raising).
 pub fn on_op_end(slot: usize, generation: u64, token: usize, completed: bool, event: &dyn OpEvent) {
     let Some(cell) = SLOTS.get(slot) else { return };
-    let mut guard = cell.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = cell.lock();
     if guard.generation == generation {
         if let Some(State::Open(session)) = &mut guard.state {
             session.on_op_end(token, completed, event);
