@@ -221,12 +221,13 @@ def _bracketing(compiler: Callable[..., Any], graph: int | None, unlabelled: boo
     def compile(gm: Any, example_inputs: Any) -> Any:
         with _compiling():  # (a backward graph may be compiled at its first run)
             compiled = compiler(gm, example_inputs)
+        if graph is None and not unlabelled:
+            return compiled  # runs as it is: nothing to add around its runs
 
         @functools.wraps(compiled)
         def run(*args: Any) -> Any:
             if graph is None:
-                if unlabelled:
-                    mark()
+                mark()
                 return compiled(*args)
             return _run_priced(graph, compiled, *args)
 

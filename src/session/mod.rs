@@ -186,12 +186,12 @@ impl Origin {
 /// Dispatched by the Python layer each time an inductor-compiled graph runs (its fused kernels
 /// never pass the dispatcher): uncounted work, with its own diagnostic.
 pub const COMPILED_GRAPH_OPERATOR: &str = "torchscan::inductor_graph";
-/// Dispatched by the Python layer around each run of a compiled graph that was priced when it
-/// was compiled (`priced.rs`): its operators are not counted one by one, the end adds the price.
 /// Dispatched by the Python layer each time a graph compiled by an AOTAutograd backend
 /// (`aot_eager`) that could not be priced runs: its operators are counted as they run, but
 /// without the labels of the modules inside it.
 pub const UNLABELLED_GRAPH_OPERATOR: &str = "torchscan::unlabelled_graph";
+/// Dispatched by the Python layer around each run of a compiled graph that was priced when it
+/// was compiled (`priced.rs`): its operators are not counted one by one, the end adds the price.
 pub const COMPILED_BEGIN_OPERATOR: &str = "torchscan::compiled_begin";
 pub const COMPILED_END_OPERATOR: &str = "torchscan::compiled_end";
 
