@@ -22,10 +22,11 @@ fn mlp_forward_is_counted_exactly() {
     let net = mlp(&vs);
     let x = Tensor::randn([5, 8], CPU);
     let report = tch::no_grad(|| measure_flops(|| drop(net.forward(&x)))).unwrap();
-    // addmm 2*5*8*16 + 2*5*16*4 = 1280 + 640; relu 5*16 = 80.
-    assert_eq!(report.by_operator["aten.addmm"], 1920);
+    // addmm 2*5*8*16 + 2*5*16*4 = 1280 + 640 and the biases' adds 5*16 + 5*4 = 100 (the bias
+    // convention); relu 5*16 = 80.
+    assert_eq!(report.by_operator["aten.addmm"], 2020);
     assert_eq!(report.by_operator["aten.relu"], 80);
-    assert_eq!(report.total.value, Some(2000));
+    assert_eq!(report.total.value, Some(2100));
     assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);
 }
 
@@ -40,10 +41,11 @@ fn conv_training_step_with_an_optimizer_is_complete() {
         adam.backward_step(&loss);
     })
     .unwrap();
-    // Forward: out [2,8,8,8], 2*1024*27 = 55296. Backward: the weight gradient only (x needs no
-    // gradient), the same product again.
-    assert_eq!(report.by_operator["aten.convolution"], 55_296);
-    assert_eq!(report.by_operator["aten.convolution_backward"], 55_296);
+    // Forward: out [2,8,8,8], 2*1024*27 = 55296, and the bias added to its 1024 elements.
+    // Backward: the weight gradient only (x needs no gradient), the same product again, and the
+    // bias gradient, the sum of grad_output's 1024 elements.
+    assert_eq!(report.by_operator["aten.convolution"], 55_296 + 1_024);
+    assert_eq!(report.by_operator["aten.convolution_backward"], 55_296 + 1_024);
     assert!(report.by_phase.contains_key("backward"));
     assert_eq!(report.total.status, torchscan::report::Status::Complete, "{:?}", report.diagnostics);
     assert!(report.diagnostics.is_empty(), "{:?}", report.diagnostics);

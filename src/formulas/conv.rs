@@ -1,6 +1,9 @@
 //! Convolutions, forward and backward, every dimensionality, groups, transposed, stride,
-//! padding, dilation. Convention (PyTorch's flop counter): 2 FLOPs per multiply-accumulate, bias
-//! not counted.
+//! padding, dilation. Convention (PyTorch's flop counter): 2 FLOPs per multiply-accumulate.
+//!
+//! The bias convention (as `matmul.rs`'s): a bias costs what the separate `add` would, 1 FLOP
+//! per output element, and its gradient what the separate `sum` would, 1 per element of
+//! `grad_output`. PyTorch's counter drops both: it differs from these rows by exactly them.
 //!
 //! One convolution's work is `2 * N * C_out * (C_in / groups) * prod(kernel) * prod(S)` where `S`
 //! are the spatial sizes of the *non-upsampled* side: the output for a convolution, the input
@@ -10,7 +13,7 @@ use super::{add, mul, mul_all, product, require_tensor, FormulaError};
 use crate::args::Args;
 
 /// `convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
-/// groups)`; `_convolution` shares the leading arguments.
+/// groups)`; `_convolution` shares the leading arguments. A bias adds 1 per output element.
 pub fn convolution(args: &Args) -> Result<u64, FormulaError> {
     let input = require_tensor(args, 0)?;
     let weight = require_tensor(args, 1)?;
@@ -18,7 +21,64 @@ pub fn convolution(args: &Args) -> Result<u64, FormulaError> {
     let padding = args.int_list(4).ok_or(FormulaError::MissingArgument(4))?;
     let dilation = args.int_list(5).ok_or(FormulaError::MissingArgument(5))?;
     let transposed = args.bool(6).ok_or(FormulaError::MissingArgument(6))?;
-    convolution_of(input.dims, weight.dims, stride, padding, dilation, transposed)
+    let work = convolution_of(input.dims, weight.dims, stride, padding, dilation, transposed)?;
+    if !args.has_tensor(2) {
+        return Ok(work);
+    }
+    let outputs = if transposed {
+        let output_padding = args.int_list(7).ok_or(FormulaError::MissingArgument(7))?;
+        let groups = args.int(8).ok_or(FormulaError::MissingArgument(8))?;
+        transposed_outputs(input.dims, weight.dims, stride, padding, dilation, output_padding, groups)?
+    } else {
+        outputs(input.dims, weight.dims, stride, padding, dilation)?
+    };
+    add(work, outputs)
+}
+
+/// Elements of a convolution's output: `N x C_out x` the output's spatial sizes (the bias
+/// add's count).
+pub(super) fn outputs(
+    input: &[i64],
+    weight: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+) -> Result<u64, FormulaError> {
+    let spatial = conv_output_spatial(input, weight, stride, padding, dilation)?;
+    mul_all(&[dim_of(input, 0)?, dim_of(weight, 0)?, spatial])
+}
+
+/// Elements of a transposed convolution's output: `N x C_out x` the spatial sizes
+/// `(in - 1) s - 2 p + d (k - 1) + output_padding + 1`, with `C_out = weight[1] x groups`.
+pub(super) fn transposed_outputs(
+    input: &[i64],
+    weight: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+    output_padding: &[i64],
+    groups: i64,
+) -> Result<u64, FormulaError> {
+    let dims = input.len().checked_sub(2).ok_or(FormulaError::UnexpectedShape)?;
+    if weight.len() != dims + 2 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let pick = |list: &[i64], i: usize, default: i64| -> Result<i128, FormulaError> {
+        match list.len() {
+            0 => Ok(i128::from(default)),
+            1 => Ok(i128::from(list[0])),
+            n if n == dims => Ok(i128::from(list[i])),
+            _ => Err(FormulaError::UnexpectedShape),
+        }
+    };
+    let channels = mul(dim_of(weight, 1)?, u64::try_from(groups).map_err(|_| FormulaError::UnexpectedShape)?)?;
+    let mut total = mul(dim_of(input, 0)?, channels)?;
+    for i in 0..dims {
+        let (s, p, d, o) = (pick(stride, i, 1)?, pick(padding, i, 0)?, pick(dilation, i, 1)?, pick(output_padding, i, 0)?);
+        let size = (i128::from(input[2 + i]) - 1) * s - 2 * p + d * (i128::from(weight[2 + i]) - 1) + o + 1;
+        total = mul(total, u64::try_from(size.max(0)).map_err(|_| FormulaError::Overflow)?)?;
+    }
+    Ok(total)
 }
 
 /// One convolution's work from its input's and weight's sizes and its parameters (also the
@@ -41,7 +101,9 @@ pub fn convolution_of(
 
 /// `convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
 /// transposed, output_padding, groups, output_mask)`: the input gradient and the weight gradient
-/// each cost one forward convolution (bias gradient: a reduction, not counted, as PyTorch).
+/// each cost one forward convolution; the bias gradient, the sum of `grad_output` over the batch
+/// and the spatial positions, 1 per element of `grad_output` (what the separate `sum` costs;
+/// PyTorch's counter leaves it out).
 ///
 /// PyTorch's counter multiplies the weight-gradient term by `groups` (it treats the grouped
 /// weight gradient as one dense convolution over all channels); the work done is the forward's.
@@ -62,6 +124,9 @@ pub fn convolution_backward(args: &Args) -> Result<u64, FormulaError> {
     }
     if wanted(1) {
         total = add(total, one)?;
+    }
+    if wanted(2) {
+        total = add(total, grad_output.numel().ok_or(FormulaError::Overflow)?)?;
     }
     Ok(total)
 }
@@ -204,10 +269,42 @@ mod tests {
                 convolution_backward,
             )
         };
-        assert_eq!(go(&[true, true, true]), Ok(41_472));
+        // The bias gradient: the sum of grad_output's 2 x 8 x 6 x 6 = 576 elements.
+        assert_eq!(go(&[true, true, true]), Ok(41_472 + 576));
+        assert_eq!(go(&[true, true, false]), Ok(41_472));
         assert_eq!(go(&[false, true, false]), Ok(20_736));
         assert_eq!(go(&[true, false, false]), Ok(20_736));
-        assert_eq!(go(&[false, false, true]), Ok(0));
+        assert_eq!(go(&[false, false, true]), Ok(576));
+    }
+
+    #[test]
+    fn a_bias_adds_one_per_output_element() {
+        let with_bias = |x: &[i64], w: &[i64], stride: &[i64], transposed: bool, output_padding: &[i64], groups| {
+            with_args(
+                |s| {
+                    tensor(s, x);
+                    tensor(s, w);
+                    tensor(s, &[w[usize::from(transposed)] * if transposed { groups } else { 1 }]);
+                    ints(s, stride);
+                    ints(s, &[0]);
+                    ints(s, &[1]);
+                    boolean(s, transposed);
+                    ints(s, output_padding);
+                    int(s, groups);
+                },
+                convolution,
+            )
+        };
+        // x[2,8,10,10], w[8,2,3,3] (groups 4), dilation 1: out [2, 8, 8, 8], 1,024 elements;
+        // the products 2 x 2 x 8 x 2 x 9 x 64 = 36,864.
+        assert_eq!(with_bias(&[2, 8, 10, 10], &[8, 2, 3, 3], &[1], false, &[0], 4), Ok(36_864 + 1_024));
+        // Transposed x[1,4,5,5], w[4,3,3,3] (C_out 3), stride 2: out side (5-1) x 2 + 2 + 1 = 11
+        // (12 with output padding 1): + 3 x 121 = 363 (+ 3 x 144 = 432) to the 5,400 above.
+        assert_eq!(with_bias(&[1, 4, 5, 5], &[4, 3, 3, 3], &[2, 2], true, &[0, 0], 1), Ok(5_400 + 363));
+        assert_eq!(with_bias(&[1, 4, 5, 5], &[4, 3, 3, 3], &[2, 2], true, &[1, 1], 1), Ok(5_400 + 432));
+        // Grouped transposed: w[4,3,3,3] with groups 2 is C_in 4, C_out 6; each input channel
+        // still meets 3 output channels (the same products), the bias 6 x 121.
+        assert_eq!(with_bias(&[1, 4, 5, 5], &[4, 3, 3, 3], &[2, 2], true, &[0, 0], 2), Ok(5_400 + 6 * 121));
     }
 
     #[test]

@@ -95,10 +95,11 @@ pub fn qroi_align(args: &Args) -> Result<u64, FormulaError> {
     mul(outputs, add(mul(5, samples)?, 1)?)
 }
 
-/// The deformable convolution's work: the convolution's (2 FLOPs per multiply-accumulate, bias
-/// not counted) and the sampling of each column value at a learned offset, 4 bilinear taps and,
-/// with a modulation mask, a multiply: `N C_in k_h k_w H_out W_out (4 + mask)`.
-fn deform_work(args: &Args, first: usize) -> Result<(u64, u64), FormulaError> {
+/// The deformable convolution's work: the convolution's (2 FLOPs per multiply-accumulate), the
+/// sampling of each column value at a learned offset, 4 bilinear taps and, with a modulation
+/// mask, a multiply: `N C_in k_h k_w H_out W_out (4 + mask)`; and the output's elements, which
+/// the bias is added to (torchvision always passes one, zeros for `bias=None`).
+fn deform_work(args: &Args, first: usize) -> Result<(u64, u64, u64), FormulaError> {
     let (input, weight) = (require_tensor(args, first)?, require_tensor(args, first + 1)?);
     let int = |i: usize| args.int(i).ok_or(FormulaError::MissingArgument(i));
     let p = first + 5;
@@ -109,21 +110,24 @@ fn deform_work(args: &Args, first: usize) -> Result<(u64, u64), FormulaError> {
     let masked = u64::from(args.bool(first + 13).unwrap_or(false));
     let columns =
         mul_all(&[super::dim(&input, 0)?, super::dim(&input, 1)?, super::product(&weight.dims[2..])?, spatial])?;
-    Ok((conv, mul(columns, add(4, masked)?)?))
+    let outputs = mul_all(&[super::dim(&input, 0)?, super::dim(&weight, 0)?, spatial])?;
+    Ok((conv, mul(columns, add(4, masked)?)?, outputs))
 }
 
 /// `deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
-/// dilation_h, dilation_w, groups, offset_groups, use_mask)`.
+/// dilation_h, dilation_w, groups, offset_groups, use_mask)`: the convolution, the sampling and
+/// the bias's add (1 per output element, the bias convention).
 pub fn deform_conv2d(args: &Args) -> Result<u64, FormulaError> {
-    let (conv, sampling) = deform_work(args, 0)?;
-    add(conv, sampling)
+    let (conv, sampling, outputs) = deform_work(args, 0)?;
+    add(add(conv, sampling)?, outputs)
 }
 
-/// `_deform_conv2d_backward(grad, input, weight, offset, mask, bias, ...)`: twice the forward
-/// (the input and weight gradients of the product; the offset and mask gradients of the sampling).
+/// `_deform_conv2d_backward(grad, input, weight, offset, mask, bias, ...)`: twice the forward's
+/// convolution and sampling (the input and weight gradients of the product; the offset and mask
+/// gradients of the sampling), and the bias gradient, the sum of `grad` (1 per element).
 pub fn deform_conv2d_backward(args: &Args) -> Result<u64, FormulaError> {
-    let (conv, sampling) = deform_work(args, 1)?;
-    mul(add(conv, sampling)?, 2)
+    let (conv, sampling, outputs) = deform_work(args, 1)?;
+    add(mul(add(conv, sampling)?, 2)?, outputs)
 }
 
 #[cfg(test)]
@@ -224,7 +228,8 @@ mod tests {
             Ok(24)
         );
         // Deformable 3 x 3, 2 -> 3 channels on [1, 2, 6, 6]: output 4 x 4. Convolution 2 x 3 x 2
-        // x 9 x 16 = 1,728; sampling 2 x 9 x 16 columns x 4 taps = 1,152 (+288 with a mask).
+        // x 9 x 16 = 1,728; sampling 2 x 9 x 16 columns x 4 taps = 1,152 (+288 with a mask);
+        // the bias added to the 3 x 16 = 48 outputs.
         let deform = |mask: &'static [i64], use_mask: bool| {
             with_args(
                 move |s| {
@@ -241,7 +246,24 @@ mod tests {
                 deform_conv2d,
             )
         };
-        assert_eq!(deform(&[1, 1], false), Ok(1728 + 1152));
-        assert_eq!(deform(&[1, 9, 4, 4], true), Ok(1728 + 1152 + 288));
+        assert_eq!(deform(&[1, 1], false), Ok(1728 + 1152 + 48));
+        assert_eq!(deform(&[1, 9, 4, 4], true), Ok(1728 + 1152 + 288 + 48));
+        // Backward: twice the convolution and sampling, and the bias gradient's sum of the 48.
+        let backward = with_args(
+            |s| {
+                tensor(s, &[1, 3, 4, 4]);
+                tensor(s, &[1, 2, 6, 6]);
+                tensor(s, &[3, 2, 3, 3]);
+                tensor(s, &[1, 18, 4, 4]);
+                tensor(s, &[1, 1]);
+                tensor(s, &[3]);
+                for v in [1, 1, 0, 0, 1, 1, 1, 1] {
+                    int(s, v);
+                }
+                boolean(s, false);
+            },
+            deform_conv2d_backward,
+        );
+        assert_eq!(backward, Ok(2 * (1728 + 1152) + 48));
     }
 }

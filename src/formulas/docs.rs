@@ -26,6 +26,17 @@ pub fn markdown() -> String {
          a `formula_error` (partial), never a real-valued price. Sparse operands (COO, CSR, CSC, BSR, \
          BSC) are priced by their stored values where a row names a sparse formula; any other formula \
          on a sparse tensor is a `formula_error` naming the layout, never a dense price.\n\n\
+         The bias convention: a fused kernel's bias or added input costs what the separate operators \
+         would, since an ordinary `add` cannot be told from a bias add (`F.linear` runs as `addmm` or, \
+         under `torch.func.vmap`, as `mm` + `add`: the same count either way). `addmm(self, a, b, beta, \
+         alpha)` is the product, 1 FLOP per output element for the add, 1 per element of `self` for \
+         `beta`'s multiply and 1 per output element for `alpha`'s; `beta = 1` and `alpha = 1` are free \
+         (no multiply), `beta = 0` ignores `self` (no add). A convolution's bias is 1 per output element \
+         and its gradient (`convolution_backward`'s `output_mask[2]`) 1 per element of `grad_output`, \
+         the separate `sum`'s cost; so for `addmv`, `baddbmm`, `addbmm`, `addr`, `_addmm_activation`, \
+         the backend convolutions, the fused RNN cells and layers, the fp8, 2:4-sparse and \
+         mixed-dtype products. PyTorch's `FlopCounterMode` drops these terms: the rows differ from it \
+         by exactly them.\n\n\
          The `integer` category holds the integer kernels of quantized models: integer operations, not \
          FLOPs (2 per int8 multiply-accumulate, 1 per quantized elementwise result), reported apart in \
          the report's `integer_ops` and in no FLOP total; a packed weight's shape and a packed \

@@ -200,16 +200,39 @@ const FLOP_COUNTER: &str = "PyTorch `torch/utils/flop_counter.py`";
 const FVCORE: &str = "fvcore `fvcore/nn/jit_handles.py`";
 const TORCHSCAN: &str = "torchscan (stated here)";
 
-const PYTORCH: &Convention =
-    &Convention { rule: "2 FLOPs per multiply-accumulate, bias not counted", source: FLOP_COUNTER };
+const PYTORCH: &Convention = &Convention { rule: "2 FLOPs per multiply-accumulate", source: FLOP_COUNTER };
+/// The bias convention (`matmul.rs`): a fused kernel's added input costs what the separate
+/// operators would (an ordinary `add` cannot be told from a bias add). PyTorch's counter drops it.
+const ADDED_INPUT: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate; the added input as the separate operators: 1 per output element \
+           for the add (none when beta = 0), 1 per input element for beta's multiply (beta not 0 or 1), 1 per \
+           output element for alpha's (alpha not 1)",
+    source: TORCHSCAN,
+};
+const BIASED_PRODUCT: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate; a bias, when given, 1 per output element (the separate add's cost)",
+    source: TORCHSCAN,
+};
 const SPARSE_MACS: &Convention = &Convention {
-    rule: "2 FLOPs per multiply-accumulate, bias not counted; with a sparse operand, 2 per stored value \
-           times the dense operand's other dimension (sparse @ sparse is not priced)",
+    rule: "2 FLOPs per multiply-accumulate; with a sparse operand, 2 per stored value times the dense \
+           operand's other dimension (sparse @ sparse is not priced)",
+    source: TORCHSCAN,
+};
+const SPARSE_ADDED_INPUT: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate (a sparse operand: 2 per stored value times the dense operand's \
+           other dimension; sparse @ sparse not priced); the added input as the separate operators: 1 per \
+           output element for the add (a sparse result: 1 per stored value added), beta's and alpha's \
+           multiplies unless 1 (beta = 0: no add)",
+    source: TORCHSCAN,
+};
+const CONV_BIAS: &Convention = &Convention {
+    rule: "2 FLOPs per multiply-accumulate; a bias, when given, 1 per output element (the separate add's cost)",
     source: TORCHSCAN,
 };
 const GROUPED_WGRAD: &Convention = &Convention {
-    rule: "2 FLOPs per multiply-accumulate; a grouped weight gradient is the work done, not PyTorch's x groups",
-    source: FLOP_COUNTER,
+    rule: "2 FLOPs per multiply-accumulate; a grouped weight gradient is the work done, not PyTorch's x groups; \
+           the bias gradient 1 per grad_output element (the separate sum's cost)",
+    source: TORCHSCAN,
 };
 const PER_ELEMENT: &Convention = &Convention { rule: "1 FLOP per output element", source: TORCHSCAN };
 const PER_INPUT: &Convention = &Convention { rule: "1 FLOP per input element", source: TORCHSCAN };
@@ -232,7 +255,8 @@ const ELEMENTWISE_LOSS: &Convention = &Convention {
 };
 const LSTM: &Convention = &Convention {
     rule: "per time step and batch row: 2 G (I + P) for the input and hidden products (2 FLOPs per \
-           multiply-accumulate, biases not counted), G for their sum and 9H for the gates (G = 4H); backward 2x",
+           multiply-accumulate), G for their sum and 9H for the gates (G = 4H), 2G for the two biases; backward \
+           2x the products and gates, 2G for the bias gradients",
     source: TORCHSCAN,
 };
 const SORTING: &Convention = &Convention {
@@ -302,8 +326,8 @@ const CTC: &Convention = &Convention {
     source: TORCHSCAN,
 };
 const ADDMM_ACTIVATION: &Convention = &Convention {
-    rule: "addmm's 2 FLOPs per multiply-accumulate (the added input not counted, as PyTorch's), and 1 per output \
-           element for the fused activation",
+    rule: "addmm's count (2 FLOPs per multiply-accumulate, the added input as the separate operators: 1 per \
+           output element with beta = alpha = 1), and 1 per output element for the fused activation",
     source: TORCHSCAN,
 };
 const COMPOSITE_KERNEL: &Convention = &Convention {
@@ -312,7 +336,8 @@ const COMPOSITE_KERNEL: &Convention = &Convention {
 };
 const BACKEND_CONV: &Convention = &Convention {
     rule: "priced only when called directly (aten::convolution claims it when it dispatches it): 2 FLOPs per \
-           multiply-accumulate, bias not counted; a fused ReLU adds 1 per output element, an add-ReLU 3",
+           multiply-accumulate, a bias 1 per output element (its gradient 1 per grad_output element); a fused \
+           ReLU adds 1 per output element, an add-ReLU 3",
     source: FLOP_COUNTER,
 };
 const SYNC_BATCH_NORM: &Convention = &Convention {
@@ -322,25 +347,30 @@ const SYNC_BATCH_NORM: &Convention = &Convention {
 };
 const RNN_CELLS: &Convention = &Convention {
     rule: "the gate arithmetic per hidden unit and batch row after the two gate products: LSTM 13 (4 sums + 9), \
-           GRU 11; biases not counted; backward 2x",
+           GRU 11; biases 1 per gate element each (LSTM +8, GRU +6); backward 2x the gates, and the bias \
+           gradients' sums (LSTM +4, GRU +6)",
     source: TORCHSCAN,
 };
 const WHOLE_RNN: &Convention = &Convention {
     rule: "per time step and batch row and layer-direction: 2 G (I + P) for the products, the gates (LSTM G + 9H, \
-           GRU 11H, tanh/ReLU G + H), a projection 2 H P; backward 2x",
+           GRU 11H, tanh/ReLU G + H), a projection 2 H P, biases 2G; backward 2x, the biases' gradients 2G",
     source: TORCHSCAN,
 };
 const WEIGHT_ONLY_QUANTIZED: &Convention = &Convention {
     rule: "2 FLOPs per multiply-accumulate: the activations are floating point, the low-bit weight is unpacked \
-           and scaled in the kernel (not counted)",
+           and scaled in the kernel (not counted); a bias, when given, 1 per output element",
     source: TORCHSCAN,
 };
 const SEMI_STRUCTURED: &Convention = &Convention {
-    rule: "2 FLOPs per multiply-accumulate of the kept (stored) values of a 2:4 sparse operand: half the dense count",
+    rule: "2 FLOPs per multiply-accumulate of the kept (stored) values of a 2:4 sparse operand: half the dense \
+           count; a bias or added input as the separate operators (1 per output element with alpha = beta = 1)",
     source: TORCHSCAN,
 };
-const OUTER_PRODUCT: &Convention =
-    &Convention { rule: "2 FLOPs per output element: a multiply-accumulate into the input", source: TORCHSCAN };
+const OUTER_PRODUCT: &Convention = &Convention {
+    rule: "1 multiply per output element, and the added input as the separate operators: 2 FLOPs per output \
+           element with beta = alpha = 1 (a multiply-accumulate), 1 with beta = 0",
+    source: TORCHSCAN,
+};
 const LINEAR_COMBINATION: &Convention =
     &Convention { rule: "2 FLOPs per multiply-accumulate: 2 numel(input) n", source: TORCHSCAN };
 const QKV_RESCALE: &Convention = &Convention {
@@ -370,7 +400,7 @@ const SEARCHING: &Convention = &Convention {
 };
 const DEFORMABLE: &Convention = &Convention {
     rule: "the convolution's 2 FLOPs per multiply-accumulate, and 4 bilinear taps (+1 with a mask) per sampled \
-           column value; backward 2x",
+           column value, the bias 1 per output element; backward 2x, the bias gradient 1 per output element",
     source: TORCHSCAN,
 };
 const AFFINE_GRID: &Convention = &Convention {
@@ -467,24 +497,28 @@ macro_rules! foreach {
 pub static FORMULAS: &[Formula] = &[
     // Matrix products. matmul/linear/einsum are composites that reach these.
     row!("aten::mm", Matmul, matmul::mm, SPARSE_MACS, sparse: sparse::mm),
-    row!("aten::addmm", Matmul, matmul::addmm, SPARSE_MACS, sparse: sparse::addmm),
+    // The bias convention (`matmul.rs`): an added input costs what the separate operators would.
+    row!("aten::addmm", Matmul, matmul::addmm, SPARSE_ADDED_INPUT, sparse: sparse::addmm),
     row!("aten::bmm", Matmul, matmul::bmm, SPARSE_MACS, sparse: sparse::bmm),
-    row!("aten::baddbmm", Matmul, matmul::baddbmm, PYTORCH),
-    row!("aten::addbmm", Matmul, matmul::addbmm, PYTORCH),
+    row!("aten::baddbmm", Matmul, matmul::baddbmm, ADDED_INPUT),
+    row!("aten::addbmm", Matmul, matmul::addbmm, ADDED_INPUT),
     row!("aten::mv", Matmul, matmul::mv, SPARSE_MACS, sparse: sparse::mv),
-    row!("aten::addmv", Matmul, matmul::addmv, SPARSE_MACS, sparse: sparse::addmv),
+    row!("aten::addmv", Matmul, matmul::addmv, SPARSE_ADDED_INPUT, sparse: sparse::addmv),
     row!("aten::dot", Matmul, matmul::dot, PYTORCH),
     row!("aten::vdot", Matmul, matmul::dot, PYTORCH),
+    // PyTorch rejects a bias to the grouped products ("Bias not supported yet").
     row!("aten::_grouped_mm", Matmul, matmul::grouped_mm, PYTORCH),
     row!("aten::_addmm_activation", Matmul, matmul::addmm_activation, ADDMM_ACTIVATION),
-    // Low-precision (fp8) products: the scales are per tensor, row or block, not counted.
-    row!("aten::_scaled_mm", Matmul, matmul::mm, PYTORCH),
-    row!("aten::_scaled_mm_v2", Matmul, matmul::mm, PYTORCH),
+    // Low-precision (fp8) products: the scales are per tensor, row or block, not counted; a bias is
+    // (the bias convention).
+    row!("aten::_scaled_mm", Matmul, matmul::scaled_mm, BIASED_PRODUCT),
+    row!("aten::_scaled_mm_v2", Matmul, matmul::scaled_mm_v2, BIASED_PRODUCT),
     row!("aten::_scaled_grouped_mm", Matmul, matmul::grouped_mm, PYTORCH),
     row!("aten::_scaled_grouped_mm_v2", Matmul, matmul::grouped_mm, PYTORCH),
     // Convolutions: the outermost claims the call, so backend variants below never double count.
-    row!("aten::convolution", Conv, conv::convolution, PYTORCH),
-    row!("aten::_convolution", Conv, conv::convolution, PYTORCH),
+    // A bias costs its add, 1 per output element, and its gradient its sum (the bias convention).
+    row!("aten::convolution", Conv, conv::convolution, CONV_BIAS),
+    row!("aten::_convolution", Conv, conv::convolution, CONV_BIAS),
     row!("aten::convolution_backward", Conv, conv::convolution_backward, GROUPED_WGRAD),
     row!("aten::_slow_conv2d_forward", Conv, conv_backends::slow, BACKEND_CONV),
     row!("aten::slow_conv3d_forward", Conv, conv_backends::slow, BACKEND_CONV),
@@ -1105,7 +1139,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::cudnn_affine_grid_generator", Matmul, interpolate::affine_grid, AFFINE_GRID),
     row!("aten::cudnn_affine_grid_generator_backward", Matmul, interpolate::affine_grid_backward, AFFINE_GRID),
     row!("aten::addr", Matmul, matmul::addr, OUTER_PRODUCT),
-    row!("aten::sspaddmm", Matmul, matmul::addmm, SPARSE_MACS, sparse: sparse::addmm),
+    row!("aten::sspaddmm", Matmul, matmul::addmm, SPARSE_ADDED_INPUT, sparse: sparse::sspaddmm),
     row!("aten::_foreach_mm", Matmul, matmul::foreach_mm, PYTORCH),
     row!("aten::_compute_linear_combination", Matmul, matmul::linear_combination, LINEAR_COMBINATION),
     row!("aten::_weight_int8pack_mm", Matmul, matmul::weight_int8pack_mm, WEIGHT_ONLY_QUANTIZED),

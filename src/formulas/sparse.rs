@@ -12,9 +12,50 @@ pub fn mm(args: &Args) -> Result<u64, FormulaError> {
     product(args, 0, 1, matmul::mm)
 }
 
-/// `addmm(bias, a, b)` with a sparse operand; the bias is not counted (sparse or not).
+/// `addmm(bias, a, b, beta, alpha)` with a sparse operand: the product, and the bias's
+/// accumulate into the dense `[m, n]` output as dense `addmm` counts it (`matmul::accumulate`).
+/// With dense operands (the bias sparse), dense `addmm`.
 pub fn addmm(args: &Args) -> Result<u64, FormulaError> {
-    product(args, 1, 2, matmul::addmm)
+    if !is_sparse(args, 1) && !is_sparse(args, 2) {
+        return matmul::addmm(args);
+    }
+    let products = product(args, 1, 2, matmul::addmm)?;
+    let (a, b) = (dims(args, 1)?, dims(args, 2)?);
+    let outputs = super::mul(first(a)?, last(b)?)?;
+    super::add(products, matmul::accumulate(args, 0, 3, 4, outputs)?)
+}
+
+/// `sspaddmm(self (sparse), mat1 (sparse), mat2, beta, alpha)`: a sparse result that holds
+/// `self`'s entries beside the products' (PyTorch does not coalesce it): the products (2 per
+/// stored value of `mat1` per column of `mat2`), 1 add per stored value of `self` (none when
+/// `beta` is 0), `beta`'s multiply over those values and `alpha`'s over the products' values.
+pub fn sspaddmm(args: &Args) -> Result<u64, FormulaError> {
+    let products = product(args, 1, 2, matmul::addmm)?;
+    let (beta, alpha) = (matmul::scale(args, 3), matmul::scale(args, 4));
+    let added = if beta == 0.0 { 0 } else { matmul::added_elements(args, 0)? };
+    let beta_multiply = if beta == 0.0 || beta == 1.0 { 0 } else { added };
+    let alpha_multiply = if alpha == 1.0 { 0 } else { products / 2 };
+    super::add(super::add(products, added)?, super::add(beta_multiply, alpha_multiply)?)
+}
+
+fn is_sparse(args: &Args, index: usize) -> bool {
+    matches!(args.get(index), Some(Arg::Sparse(_)))
+}
+
+fn dims<'a>(args: &Args<'a>, index: usize) -> Result<&'a [i64], FormulaError> {
+    match args.get(index) {
+        Some(Arg::Tensor(t)) => Ok(t.dims),
+        Some(Arg::Sparse(s)) => Ok(s.tensor.dims),
+        _ => Err(FormulaError::MissingTensor(index)),
+    }
+}
+
+fn first(dims: &[i64]) -> Result<u64, FormulaError> {
+    dims.first().and_then(|&d| u64::try_from(d).ok()).ok_or(FormulaError::UnexpectedShape)
+}
+
+fn last(dims: &[i64]) -> Result<u64, FormulaError> {
+    dims.last().and_then(|&d| u64::try_from(d).ok()).ok_or(FormulaError::UnexpectedShape)
 }
 
 /// `bmm(a[b,m,k], b[b,k,n])` with a sparse (COO) operand: the stored values cover every batch.
@@ -27,9 +68,14 @@ pub fn mv(args: &Args) -> Result<u64, FormulaError> {
     vector_product(args, 0, 1, matmul::mv)
 }
 
-/// `addmv(bias, a[m,k], v[k])` with a sparse `a`: 2 per stored value, the bias not counted.
+/// `addmv(bias, a[m,k], v[k], beta, alpha)` with a sparse `a`: 2 per stored value, and the
+/// bias's accumulate into the m outputs (as dense `addmv`).
 pub fn addmv(args: &Args) -> Result<u64, FormulaError> {
-    vector_product(args, 1, 2, matmul::addmv)
+    if !is_sparse(args, 1) && !is_sparse(args, 2) {
+        return matmul::addmv(args);
+    }
+    let products = vector_product(args, 1, 2, matmul::addmv)?;
+    super::add(products, matmul::accumulate(args, 0, 3, 4, first(dims(args, 1)?)?)?)
 }
 
 fn stored(s: &SparseMeta) -> Result<u64, FormulaError> {
@@ -69,7 +115,7 @@ fn vector_product(args: &Args, a: usize, v: usize, dense: super::FlopFn) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::build::{sparse, tensor};
+    use crate::args::build::{double, int, sparse, tensor};
     use crate::formulas::testing::with_args;
 
     const COO: i64 = 1;
@@ -101,7 +147,8 @@ mod tests {
             mm,
         );
         assert_eq!(f, Ok(3_712));
-        // addmm(bias[64,8], BSR[64,64] with 16 blocks of 4x4 = 256 stored, [64,8]): 2*256*8.
+        // addmm(bias[64,8], BSR[64,64] with 16 blocks of 4x4 = 256 stored, [64,8]): 2*256*8,
+        // and the bias added to the 64 x 8 = 512 outputs: 4,608.
         let f = with_args(
             |s| {
                 tensor(s, &[64, 8]);
@@ -110,8 +157,9 @@ mod tests {
             },
             addmm,
         );
-        assert_eq!(f, Ok(4_096));
-        // A sparse bias with dense operands: the dense product, 2*2*3*5 = 60.
+        assert_eq!(f, Ok(4_608));
+        // A sparse bias with dense operands: the dense product, 2*2*3*5 = 60, and the add into
+        // the 2 x 5 = 10 outputs.
         let f = with_args(
             |s| {
                 sparse(s, COO, 3, &[2, 5]);
@@ -120,7 +168,21 @@ mod tests {
             },
             addmm,
         );
-        assert_eq!(f, Ok(60));
+        assert_eq!(f, Ok(70));
+        // sspaddmm(COO self with 4 stored, COO[64,64] with 232 stored, [64,8], beta 2, alpha 3):
+        // products 2 x 232 x 8 = 3,712; self's 4 values added (4) and scaled by beta (4); the
+        // products' 232 x 8 = 1,856 values scaled by alpha: 5,576.
+        let f = with_args(
+            |s| {
+                sparse(s, COO, 4, &[64, 8]);
+                sparse(s, COO, 232, &[64, 64]);
+                tensor(s, &[64, 8]);
+                double(s, 2.0);
+                int(s, 3);
+            },
+            sspaddmm,
+        );
+        assert_eq!(f, Ok(5_576));
     }
 
     #[test]
@@ -133,6 +195,16 @@ mod tests {
             mv,
         );
         assert_eq!(f, Ok(20));
+        // addmv(bias [5], CSR[5,7] with 10 stored, [7]): 20, and the add into 5 outputs.
+        let f = with_args(
+            |s| {
+                tensor(s, &[5]);
+                sparse(s, CSR, 10, &[5, 7]);
+                tensor(s, &[7]);
+            },
+            addmv,
+        );
+        assert_eq!(f, Ok(25));
         // COO[3,4,5] with 12 stored values @ [3,5,6]: 2*12*6 = 144.
         let f = with_args(
             |s| {
