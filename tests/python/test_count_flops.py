@@ -31,8 +31,9 @@ def test_equals_measure_flops_on_the_same_forward():
     report = counter.report()
     assert report == expected
     assert report["total"]["status"] == "complete"
-    # The convolution by hand: 2 * batch * out_channels * in_channels * 3*3 * 6*6.
-    assert report["by_module"]["Sequential.0"] == 2 * 2 * 4 * 3 * 9 * 36
+    # The convolution by hand: 2 * batch * out_channels * in_channels * 3*3 * 6*6, and the bias
+    # added to its batch * out_channels * 6*6 outputs.
+    assert report["by_module"]["Sequential.0"] == 2 * 2 * 4 * 3 * 9 * 36 + 2 * 4 * 36
 
 
 def training_setup():
@@ -153,7 +154,7 @@ def test_an_exception_in_the_block_propagates_unchanged_and_cleans_up():
     # Counting works again right after.
     with torchscan.count_flops() as again:
         model(torch.randn(2, 4))
-    assert again.report()["by_category"]["matmul"] == 64
+    assert again.report()["by_category"]["matmul"] == 64 + 8  # and the bias's adds
 
 
 def test_an_exception_inside_a_module_forward_also_cleans_up():

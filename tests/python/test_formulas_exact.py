@@ -17,13 +17,14 @@ def flops(workload):
 def test_matrix_products():
     a, b = torch.randn(3, 4), torch.randn(4, 5)
     assert flops(lambda: a @ b) == 2 * 3 * 4 * 5 == 120
-    assert flops(lambda: torch.addmm(torch.randn(5), a, b)) == 120
+    # The bias convention: the added input costs its add, 1 per output element (3 x 5).
+    assert flops(lambda: torch.addmm(torch.randn(5), a, b)) == 120 + 15
     x, y = torch.randn(7, 2, 3), torch.randn(7, 3, 4)
     assert flops(lambda: torch.bmm(x, y)) == 2 * 7 * 2 * 3 * 4 == 336
-    assert flops(lambda: torch.baddbmm(torch.randn(7, 2, 4), x, y)) == 336
-    # linear: composite -> addmm; weight [6,4] on [3,4]: 2*3*4*6.
+    assert flops(lambda: torch.baddbmm(torch.randn(7, 2, 4), x, y)) == 336 + 7 * 2 * 4
+    # linear: composite -> addmm; weight [6,4] on [3,4]: 2*3*4*6, and the bias into 3 x 6.
     w, bias = torch.randn(6, 4), torch.randn(6)
-    assert flops(lambda: F.linear(a, w, bias)) == 144
+    assert flops(lambda: F.linear(a, w, bias)) == 144 + 18
     # matmul of batched 4-d tensors reaches bmm through views.
     p, q = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 5, 6)
     assert flops(lambda: p @ q) == 2 * 6 * 4 * 5 * 6 == 1440
@@ -32,52 +33,61 @@ def test_matrix_products():
 
 
 @pytest.mark.parametrize(
-    "name, workload",
+    "name, workload, bias_term",
     [
-        ("mm", lambda: torch.mm(torch.randn(3, 4), torch.randn(4, 5))),
-        ("addmm", lambda: torch.addmm(torch.randn(5), torch.randn(3, 4), torch.randn(4, 5))),
-        ("bmm", lambda: torch.bmm(torch.randn(7, 2, 3), torch.randn(7, 3, 4))),
-        ("baddbmm", lambda: torch.baddbmm(torch.randn(7, 2, 4), torch.randn(7, 2, 3), torch.randn(7, 3, 4))),
-        ("linear", lambda: F.linear(torch.randn(3, 4), torch.randn(6, 4), torch.randn(6))),
-        ("matmul", lambda: torch.randn(2, 3, 4, 5) @ torch.randn(2, 3, 5, 6)),
+        ("mm", lambda: torch.mm(torch.randn(3, 4), torch.randn(4, 5)), 0),
+        # FlopCounterMode drops the added input; we count its add, 1 per output element.
+        ("addmm", lambda: torch.addmm(torch.randn(5), torch.randn(3, 4), torch.randn(4, 5)), 3 * 5),
+        ("bmm", lambda: torch.bmm(torch.randn(7, 2, 3), torch.randn(7, 3, 4)), 0),
+        (
+            "baddbmm",
+            lambda: torch.baddbmm(torch.randn(7, 2, 4), torch.randn(7, 2, 3), torch.randn(7, 3, 4)),
+            7 * 2 * 4,
+        ),
+        ("linear", lambda: F.linear(torch.randn(3, 4), torch.randn(6, 4), torch.randn(6)), 3 * 6),
+        ("matmul", lambda: torch.randn(2, 3, 4, 5) @ torch.randn(2, 3, 5, 6), 0),
         (
             "linear backward",
             lambda: F.linear(torch.randn(3, 4, requires_grad=True), torch.randn(6, 4)).sum().backward(),
+            0,
         ),
     ],
 )
-def test_matmul_family_agrees_with_flop_counter_mode(name, workload):
+def test_matmul_family_agrees_with_flop_counter_mode(name, workload, bias_term):
+    """Equal where PyTorch is right (the products); more by exactly the bias term it drops."""
     torch.manual_seed(0)
     ours = torchscan.measure_flops(workload)
     assert ours["total"]["status"] == "complete", ours["diagnostics"]
-    assert ours["by_category"]["matmul"] == fcm_total(workload), name
+    assert ours["by_category"]["matmul"] == fcm_total(workload) + bias_term, name
 
 
 @pytest.mark.parametrize(
-    "make, shape, expected",
+    "make, shape, expected, bias_term",
     [
         # Conv2d(3,64,7,s2,p3) on 224: out 112 -> 2*64*3*49*112*112
-        (lambda: torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), (1, 3, 224, 224), 236_027_904),
-        # grouped, dilated: w[8,2,3,3], out 6x6 -> 2*2*8*2*9*36
-        (lambda: torch.nn.Conv2d(8, 8, 3, dilation=2, groups=4), (2, 8, 10, 10), 20_736),
-        # 1-d, stride 2: out 4 -> 2*1*6*4*3*4
-        (lambda: torch.nn.Conv1d(4, 6, 3, stride=2), (1, 4, 9), 576),
-        # 3-d, padding 1: out 5^3 -> 2*1*3*2*8*125
-        (lambda: torch.nn.Conv3d(2, 3, 2, padding=1), (1, 2, 4, 4, 4), 12_000),
-        # transposed: each of 25 inputs meets 9 taps for 4*3 channel pairs -> 2*4*3*9*25
-        (lambda: torch.nn.ConvTranspose2d(4, 3, 3, stride=2), (1, 4, 5, 5), 5_400),
-        # grouped transposed: w[4,1,3,3] with groups 2 (C_out 2): 2*25*9*4*1
-        (lambda: torch.nn.ConvTranspose2d(4, 2, 3, groups=2), (1, 4, 5, 5), 1_800),
+        (lambda: torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), (1, 3, 224, 224), 236_027_904, 0),
+        # grouped, dilated: w[8,2,3,3], out 6x6 -> 2*2*8*2*9*36; the bias into [2,8,6,6]
+        (lambda: torch.nn.Conv2d(8, 8, 3, dilation=2, groups=4), (2, 8, 10, 10), 20_736, 2 * 8 * 36),
+        # 1-d, stride 2: out 4 -> 2*1*6*4*3*4; bias into [1,6,4]
+        (lambda: torch.nn.Conv1d(4, 6, 3, stride=2), (1, 4, 9), 576, 24),
+        # 3-d, padding 1: out 5^3 -> 2*1*3*2*8*125; bias into [1,3,5,5,5]
+        (lambda: torch.nn.Conv3d(2, 3, 2, padding=1), (1, 2, 4, 4, 4), 12_000, 375),
+        # transposed: each of 25 inputs meets 9 taps for 4*3 channel pairs -> 2*4*3*9*25; the bias
+        # into the upsampled [1,3,11,11] ((5-1)*2 + 3 = 11)
+        (lambda: torch.nn.ConvTranspose2d(4, 3, 3, stride=2), (1, 4, 5, 5), 5_400, 363),
+        # grouped transposed: w[4,1,3,3] with groups 2 (C_out 2): 2*25*9*4*1; bias into [1,2,7,7]
+        (lambda: torch.nn.ConvTranspose2d(4, 2, 3, groups=2), (1, 4, 5, 5), 1_800, 98),
     ],
 )
-def test_convolution_forward(make, shape, expected):
+def test_convolution_forward(make, shape, expected, bias_term):
     conv = make()
     x = torch.randn(shape)
     with torch.no_grad():
         report = torchscan.measure_flops(lambda: conv(x))
-    assert report["by_category"]["conv"] == expected
+    assert report["by_category"]["conv"] == expected + bias_term
     with torch.no_grad():
-        assert fcm_total(lambda: conv(x)) == expected  # PyTorch agrees on forward
+        # PyTorch agrees on the products, and drops the bias's adds.
+        assert fcm_total(lambda: conv(x)) == expected
 
 
 def test_grouped_convolution_backward_is_not_multiplied_by_groups():
@@ -97,9 +107,11 @@ def test_ungrouped_convolution_backward_agrees_with_pytorch():
     conv = torch.nn.Conv2d(3, 5, 3, stride=2)
     x = torch.randn(2, 3, 9, 9, requires_grad=True)
     report = torchscan.measure_flops(lambda: conv(x).sum().backward())
-    assert report["by_category"]["conv"] == fcm_total(lambda: conv(x).sum().backward())
-    # out 4x4: forward 2*2*5*3*9*16 = 8640; with both gradients: 3 * 8640.
-    assert report["by_category"]["conv"] == 3 * 8640
+    # out [2,5,4,4], 160 elements: the bias's add forward and its gradient's sum backward, which
+    # FlopCounterMode drops (2 x 160); the products agree.
+    assert report["by_category"]["conv"] == fcm_total(lambda: conv(x).sum().backward()) + 2 * 160
+    # forward 2*2*5*3*9*16 = 8640; with both gradients: 3 * 8640.
+    assert report["by_category"]["conv"] == 3 * 8640 + 2 * 160
 
 
 def test_cpu_attention_is_counted_where_flop_counter_mode_sees_nothing():
@@ -176,7 +188,9 @@ def test_multihead_attention_fast_path_is_counted_where_flop_counter_mode_sees_n
     assert fcm_total(slow) == expected
     slow_report = torchscan.measure_flops(slow)
     assert "aten._native_multi_head_attention" not in slow_report["by_operator"]
-    assert sum(slow_report["by_category"].get(c, 0) for c in ("matmul", "attention")) == expected
+    # The slow path's output projection is an addmm whose bias adds 3*5*8 = 120 (the bias
+    # convention; FlopCounterMode drops them); its input projection's bias is an add_ (pointwise).
+    assert sum(slow_report["by_category"].get(c, 0) for c in ("matmul", "attention")) == expected + 120
 
 
 def test_transformer_era_conventions():

@@ -40,7 +40,9 @@ def test_resnet18_forward_is_complete_and_matches_pytorch():
         pytorch = fcm_total(lambda: model(x))
     assert report["total"]["status"] == "complete"
     assert report["diagnostics"] == []
-    assert fcm_comparable(report) == pytorch == 3_628_146_688
+    # FlopCounterMode drops fc's bias add (1 x 1000, the bias convention); the rest agrees.
+    assert pytorch == 3_628_146_688
+    assert fcm_comparable(report) == pytorch + 1_000
     # Hand check of one leaf: layer1.0.conv1 is 3x3, 64->64 at 56x56: 2*64*64*9*56*56.
     assert report["by_module"]["ResNet.layer1.0.conv1"] == 231_211_008
     # A parent includes its children; the root holds everything.
@@ -55,7 +57,9 @@ def test_resnet18_training_step_is_complete_and_matches_pytorch():
     assert report["total"]["status"] == "complete", report["diagnostics"]
     assert set(report["by_phase"]) == {"forward", "backward"}
     assert report["by_phase"]["forward"]["value"] + report["by_phase"]["backward"]["value"] == report["total"]["value"]
-    assert fcm_comparable(report) == fcm_total(step)
+    # fc's bias add on the [2, 1000] output, which FlopCounterMode drops (its bias gradient is a
+    # separate sum, a reduction, which neither side's comparable categories hold).
+    assert fcm_comparable(report) == fcm_total(step) + 2 * 1_000
     # backward convolutions: input and weight gradients, except the stem's input gradient.
     assert report["operator_calls"]["aten.convolution_backward"] == 20
 
@@ -74,10 +78,11 @@ def test_backward_work_is_attributed_to_the_module_that_ran_forward():
     assert sum(pytorch["ResNet.layer1.0.conv1"].values()) == 3 * 37_748_736
     assert conv == 3 * 37_748_736 + 2 * 64 * 16 * 16
     fc = report["by_module"]["ResNet.fc"]
-    # The linear layer: its matrix products (FlopCounterMode's count) and its bias gradient, the
-    # [2, 1000] output gradient summed over the batch.
+    # The linear layer: its matrix products (FlopCounterMode's count), its bias's add into the
+    # [2, 1000] output (the bias convention) and its bias gradient, the output gradient summed
+    # over the batch.
     assert sum(pytorch["ResNet.fc"].values()) == 3 * 2 * 2 * 512 * 1000
-    assert fc == 3 * 2 * 2 * 512 * 1000 + 2 * 1000
+    assert fc == 3 * 2 * 2 * 512 * 1000 + 2 * 1000 + 2 * 1000
 
 
 def test_backward_phase_includes_the_engines_gradient_reductions():
@@ -198,7 +203,8 @@ def test_workload_runs_once_and_its_exception_propagates_unchanged():
     assert caught.value is error
     assert calls == [1]
     # The fixture checks no session or hook is left; the next measurement is correct.
-    assert torchscan.measure_flops(lambda: model(torch.randn(2, 4)))["by_category"]["matmul"] == 64
+    # 2 x 2 x 4 x 4 and the bias into the 2 x 4 outputs.
+    assert torchscan.measure_flops(lambda: model(torch.randn(2, 4)))["by_category"]["matmul"] == 64 + 8
 
 
 def test_keyboard_interrupt_also_closes_the_session():
@@ -251,9 +257,10 @@ def test_modules_names_the_roots_to_label():
     encoder, head = nn.Linear(4, 8), nn.Linear(8, 2)
     x = torch.randn(1, 4)
     report = torchscan.measure_flops(lambda: head(encoder(x)), modules=[head])
-    assert report["by_module"] == {"Linear": 32}
+    # head 2 x 8 x 2 and its bias's 2 adds; the encoder 2 x 4 x 8 and 8.
+    assert report["by_module"] == {"Linear": 32 + 2}
     assert report["by_module_status"] == {"Linear": "complete"}
-    assert report["total"]["value"] == 64 + 32
+    assert report["total"]["value"] == 64 + 8 + 32 + 2
 
 
 def test_reports_are_deterministic_and_json_serializable():
@@ -263,7 +270,7 @@ def test_reports_are_deterministic_and_json_serializable():
     second = torchscan.measure_flops(lambda: model(x))
     assert json.dumps(first) == json.dumps(second)
     assert list(first["by_module"]) == sorted(first["by_module"])
-    assert first["by_module"]["Sequential.0"] == 2 * 4 * 3 * 9 * 36
+    assert first["by_module"]["Sequential.0"] == 2 * 4 * 3 * 9 * 36 + 4 * 36  # and the bias's adds
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")

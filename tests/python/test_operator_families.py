@@ -18,9 +18,11 @@ def report_of(workload):
     return report
 
 
-def lstm_layer(rows: int, input_size: int, hidden: int) -> int:
-    """One LSTM layer-direction: per row 2·4H·(I + H) for the products, 4H for their sum, 9H gates."""
-    return rows * (2 * 4 * hidden * (input_size + hidden) + 4 * hidden + 9 * hidden)
+def lstm_layer(rows: int, input_size: int, hidden: int, biases: bool = True) -> int:
+    """One LSTM layer-direction: per row 2·4H·(I + H) for the products, 4H for their sum, 9H gates,
+    and 2·4H for the two biases' adds (the bias convention: lstm_cell's two linear calls)."""
+    bias = 2 * 4 * hidden if biases else 0
+    return rows * (2 * 4 * hidden * (input_size + hidden) + 4 * hidden + 9 * hidden + bias)
 
 
 def test_lstm_inference_counts_every_layer_and_direction():
@@ -31,8 +33,9 @@ def test_lstm_inference_counts_every_layer_and_direction():
         report = report_of(lambda: lstm(x))
     # 15 rows; layer 1 reads 8 features, layer 2 the 32 of both directions.
     expected = 2 * lstm_layer(15, 8, 16) + 2 * lstm_layer(15, 32, 16)
-    assert lstm_layer(15, 8, 16) == 49_200
-    assert report["by_operator"]["aten.mkldnn_rnn_layer"] == expected == 288_960
+    assert lstm_layer(15, 8, 16, biases=False) == 49_200
+    assert lstm_layer(15, 8, 16) == 49_200 + 15 * 128 == 51_120
+    assert report["by_operator"]["aten.mkldnn_rnn_layer"] == expected == 296_640
     assert report["operator_calls"]["aten.mkldnn_rnn_layer"] == 4
     # PyTorch's FlopCounterMode has no formula for the fused layer: it counts nothing.
     with torch.no_grad():
@@ -43,6 +46,12 @@ def test_lstm_training_step_counts_the_backward_layer():
     lstm = nn.LSTM(8, 16)
     x = torch.randn(5, 3, 8, requires_grad=True)
     report = report_of(lambda: lstm(x)[0].sum().backward())
+    # 49,200 for the products and gates, 15 rows x 128 for the two biases; backward twice the
+    # products and gates, and the two bias gradients' sums (15 x 128).
+    assert report["by_operator"]["aten.mkldnn_rnn_layer"] == 49_200 + 1_920
+    assert report["by_operator"]["aten.mkldnn_rnn_layer_backward"] == 2 * 49_200 + 1_920
+    no_bias = nn.LSTM(8, 16, bias=False)
+    report = report_of(lambda: no_bias(x)[0].sum().backward())
     assert report["by_operator"]["aten.mkldnn_rnn_layer"] == 49_200
     assert report["by_operator"]["aten.mkldnn_rnn_layer_backward"] == 2 * 49_200
 
@@ -296,11 +305,12 @@ def test_transformer_encoder_fast_path_by_hand():
     # 12 tokens. Attention: in-projection 2 x 12 x 32 x 96, scores and weighted values
     # 2 x (2 x 2 heads x 6 x 6 x 16) each, out-projection 2 x 12 x 32 x 32.
     attention = 2 * 12 * 32 * 96 + 2 * (2 * 2 * 2 * 6 * 6 * 16) + 2 * 12 * 32 * 32
-    # Feed-forward: two products (biases not counted) and the fused ReLU; two residual adds; two
-    # LayerNorms at 5 FLOPs per element.
-    expected = attention + 2 * (2 * 12 * 32 * 64) + 12 * 64 + 2 * 12 * 32 + 2 * 5 * 12 * 32
+    # Feed-forward: two products, their biases' adds (12 x 64 and 12 x 32, the bias convention)
+    # and the fused ReLU; two residual adds; two LayerNorms at 5 FLOPs per element.
+    feed_forward = 2 * (2 * 12 * 32 * 64) + 12 * 64 + 12 * 32 + 12 * 64
+    expected = attention + feed_forward + 2 * 12 * 32 + 2 * 5 * 12 * 32
     assert report["by_operator"]["aten._native_multi_head_attention"] == attention == 107_520
-    assert report["total"]["value"] == expected == 211_200
+    assert report["total"]["value"] == expected == 212_352
 
 
 def test_margin_losses_and_unfold_gradients():

@@ -144,6 +144,18 @@ def test_direct_backend_convolutions_and_the_dispatched_one_agree():
     t, tw = torch.randn(1, 4, 3, 3), torch.randn(4, 2, 3, 3)
     transposed = lambda: torch.ops.aten.slow_conv_transpose2d(t, tw, [3, 3], None, [2, 2], [0, 0], [0, 0], [1, 1])  # noqa: E731
     assert only(transposed, "aten.slow_conv_transpose2d") == 1296
+    # With a bias, each kernel adds it to its output: 4 x 3 x 3 = 36 elements, as F.conv2d's
+    # aten.convolution counts it (the bias convention); transposed [1, 2, 7, 7]: 98.
+    b, tb = torch.randn(4), torch.randn(2)
+    biased = lambda: torch.ops.aten.slow_conv_dilated2d(x, w, [3, 3], b, [2, 2], [1, 1], [2, 2])  # noqa: E731
+    assert only(biased, "aten.slow_conv_dilated2d") == 1296 + 36
+    report = flops(lambda: F.conv2d(x, w, b, stride=2, padding=1, dilation=2))
+    assert report["total"]["value"] == 1296 + 36
+    transposed = lambda: torch.ops.aten.slow_conv_transpose2d(t, tw, [3, 3], tb, [2, 2], [0, 0], [0, 0], [1, 1])  # noqa: E731
+    assert tuple(transposed().shape) == (1, 2, 7, 7)
+    assert only(transposed, "aten.slow_conv_transpose2d") == 1296 + 98
+    report = flops(lambda: F.conv_transpose2d(t, tw, tb, stride=2))
+    assert report["total"]["value"] == 1296 + 98
 
 
 def test_detection_kernels():
@@ -154,11 +166,13 @@ def test_detection_kernels():
     align = lambda: torchvision.ops.ps_roi_align(features, boxes, 2, sampling_ratio=2)  # noqa: E731
     assert only(align, "torchvision.ps_roi_align") == 24 * 21
     # Deformable 3 x 3 convolution, 2 -> 3 channels on [1, 2, 6, 6]: the product 1,728 and the
-    # sampling 2 x 9 x 16 x 4 = 1,152 (+288 for the mask's multiply).
+    # sampling 2 x 9 x 16 x 4 = 1,152 (+288 for the mask's multiply), and the bias added to the 3 x
+    # 16 = 48 outputs (torchvision passes zeros for bias=None, and the kernel adds them).
     x, w = torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
     offset, mask = torch.randn(1, 18, 4, 4), torch.rand(1, 9, 4, 4)
-    assert only(lambda: torchvision.ops.deform_conv2d(x, offset, w), "torchvision.deform_conv2d") == 2880
-    assert only(lambda: torchvision.ops.deform_conv2d(x, offset, w, mask=mask), "torchvision.deform_conv2d") == 3168
+    assert only(lambda: torchvision.ops.deform_conv2d(x, offset, w), "torchvision.deform_conv2d") == 2880 + 48
+    deform = lambda: torchvision.ops.deform_conv2d(x, offset, w, mask=mask)  # noqa: E731
+    assert only(deform, "torchvision.deform_conv2d") == 3168 + 48
     # RoI max pooling's bins follow each box's size (the data): deliberately uncounted, named.
     report = torchscan.measure_flops(lambda: torchvision.ops.roi_pool(features, boxes, 2))
     assert report["total"]["status"] == "partial"
