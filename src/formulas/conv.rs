@@ -74,7 +74,8 @@ pub(super) fn transposed_outputs(
     let channels = mul(dim_of(weight, 1)?, u64::try_from(groups).map_err(|_| FormulaError::UnexpectedShape)?)?;
     let mut total = mul(dim_of(input, 0)?, channels)?;
     for i in 0..dims {
-        let (s, p, d, o) = (pick(stride, i, 1)?, pick(padding, i, 0)?, pick(dilation, i, 1)?, pick(output_padding, i, 0)?);
+        let (s, p, d, o) =
+            (pick(stride, i, 1)?, pick(padding, i, 0)?, pick(dilation, i, 1)?, pick(output_padding, i, 0)?);
         let size = (i128::from(input[2 + i]) - 1) * s - 2 * p + d * (i128::from(weight[2 + i]) - 1) + o + 1;
         total = mul(total, u64::try_from(size.max(0)).map_err(|_| FormulaError::Overflow)?)?;
     }

@@ -21,15 +21,8 @@ struct Layout {
     groups: Option<usize>,
 }
 
-const NONE: Layout = Layout {
-    stride: 0,
-    padding: 0,
-    dilation: 0,
-    transposed: false,
-    bias: None,
-    output_padding: None,
-    groups: None,
-};
+const NONE: Layout =
+    Layout { stride: 0, padding: 0, dilation: 0, transposed: false, bias: None, output_padding: None, groups: None };
 
 fn list<'a>(args: &Args<'a>, index: usize) -> Result<&'a [i64], FormulaError> {
     args.int_list(index).ok_or(FormulaError::MissingArgument(index))
@@ -64,7 +57,8 @@ pub fn slow(args: &Args) -> Result<u64, FormulaError> {
 /// `slow_conv_transpose2d/3d(self, weight, kernel_size, bias, stride, padding, output_padding,
 /// dilation)`.
 pub fn slow_transpose(args: &Args) -> Result<u64, FormulaError> {
-    let layout = Layout { stride: 4, padding: 5, dilation: 7, transposed: true, bias: Some(3), output_padding: Some(6), ..NONE };
+    let layout =
+        Layout { stride: 4, padding: 5, dilation: 7, transposed: true, bias: Some(3), output_padding: Some(6), ..NONE };
     convolution_at(args, layout)
 }
 

@@ -20,7 +20,14 @@ const LSTM: i64 = 2;
 /// FLOPs of one LSTM layer-direction over `input` with weights `w_ih` [4H, I] and `w_hh` [4H, P]:
 /// the products and gates (times `passes`: 1 forward, 2 backward), and `2G` per row for the
 /// biases (their adds forward, their gradients' sums backward) when `has_biases` says so.
-fn lstm_layer(args: &Args, input: usize, w_ih: usize, w_hh: usize, mode: usize, passes: u64) -> Result<u64, FormulaError> {
+fn lstm_layer(
+    args: &Args,
+    input: usize,
+    w_ih: usize,
+    w_hh: usize,
+    mode: usize,
+    passes: u64,
+) -> Result<u64, FormulaError> {
     if args.int(mode) != Some(LSTM) {
         return Err(FormulaError::UnexpectedShape);
     }

@@ -877,13 +877,14 @@ mod tests {
         )];
         run(&mut s, &calls, Phase::Forward);
         let r = report(s);
-        assert_eq!(r.total, MetricResult::complete(120, "workload"));
+        // The [3,4] @ [4,5] product (120) and the bias added to its 15 outputs (the bias convention).
+        assert_eq!(r.total, MetricResult::complete(135, "workload"));
         assert_eq!(r.by_operator.len(), 1);
-        assert_eq!(r.by_operator["aten.addmm"], 120);
+        assert_eq!(r.by_operator["aten.addmm"], 135);
         assert_eq!(r.operator_calls["aten.addmm"], 1);
         assert_eq!(r.ignored_operators["aten.t"].reason, "view");
         assert!(r.diagnostics.is_empty());
-        assert_eq!(r.by_category["matmul"], 120);
+        assert_eq!(r.by_category["matmul"], 135);
     }
 
     #[test]

@@ -21,11 +21,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)
 
 BACKENDS = ["eager", "aot_eager"]
 
-MM1 = 2 * 2 * 8 * 16  # addmm [2,8] @ [8,16] = 512 (the product; the bias add is not priced apart)
+MM1 = 2 * 2 * 8 * 16  # addmm [2,8] @ [8,16] = 512 (the product)
+BIAS1 = 2 * 16  # its bias added to the [2,16] output (the bias convention) = 32
 GELU = 2 * 16  # one per element of [2,16] = 32
 LAYER_NORM = 5 * 2 * 16  # five per element of [2,16] = 160
 MM2 = 2 * 2 * 16 * 4  # addmm [2,16] @ [16,4] = 256
-FORWARD = MM1 + GELU + LAYER_NORM + MM2  # 960
+BIAS2 = 2 * 4  # its bias added to the [2,4] output = 8
+FORWARD = MM1 + BIAS1 + GELU + LAYER_NORM + MM2 + BIAS2  # 1000
 SUM = 2 * 4  # the loss: sum of the [2,4] output = 8
 # Backward of sum(net(x)) with x not requiring grad: dH2 = dOut[2,4] @ W2[4,16] and
 # dW2 = dOut^T[4,2] @ H2[2,16] (256 each), db2 = dOut summed over the batch (8),
@@ -33,8 +35,8 @@ SUM = 2 * 4  # the loss: sum of the [2,4] output = 8
 # dW1 = dH1^T[16,2] @ x[2,8] (512), db1 = dH1 summed over the batch (32).
 BACKWARD_MM = 2 * 2 * 4 * 16 + 2 * 4 * 2 * 16 + 2 * 16 * 2 * 8  # 1024
 BACKWARD = BACKWARD_MM + 2 * 4 + 10 * 2 * 16 + 2 * 16 + 2 * 16  # 1416
-STEP = FORWARD + SUM + BACKWARD  # 2384
-FORWARD_OPS = {"aten.addmm": MM1 + MM2, "aten.gelu": GELU, "aten.native_layer_norm": LAYER_NORM}
+STEP = FORWARD + SUM + BACKWARD  # 2424
+FORWARD_OPS = {"aten.addmm": MM1 + BIAS1 + MM2 + BIAS2, "aten.gelu": GELU, "aten.native_layer_norm": LAYER_NORM}
 
 # AOTAutograd runs the functional, decomposed form of some operators: the same kernels and the same
 # FLOPs under another name (eval BatchNorm, MaxPool with its indices, out-of-place gradient sums).
@@ -234,10 +236,10 @@ class Positions(nn.Module):
         return self.fc(x * positions)
 
 
-# mul on [2,8] (16), addmm [2,8] @ [8,4] (128); backward (x needs no gradient): dW = dOut^T[4,2]
-# @ H[2,8] (128) and db over the batch (8), after the loss's sum (8).
-POSITIONS_FORWARD = 2 * 8 + 2 * 2 * 8 * 4  # 144
-POSITIONS_STEP = POSITIONS_FORWARD + 2 * 4 + 2 * 4 * 2 * 8 + 2 * 4  # 288
+# mul on [2,8] (16), addmm [2,8] @ [8,4] (128) and its bias into [2,4] (8); backward (x needs no
+# gradient): dW = dOut^T[4,2] @ H[2,8] (128) and db over the batch (8), after the loss's sum (8).
+POSITIONS_FORWARD = 2 * 8 + 2 * 2 * 8 * 4 + 2 * 4  # 152
+POSITIONS_STEP = POSITIONS_FORWARD + 2 * 4 + 2 * 4 * 2 * 8 + 2 * 4  # 296
 
 
 @pytest.mark.parametrize("kind", ["inference", "training"])

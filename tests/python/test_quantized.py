@@ -167,8 +167,9 @@ def test_qat_training_step_is_complete(x):
     # [4,3,3,3], the ReLU output [2,4,6,6], the linear weight [4,144] and output [2,4].
     observed = 2 * 3 * 8 * 8 + 4 * 3 * 3 * 3 + 2 * 4 * 6 * 6 + 4 * 144 + 2 * 4
     assert report["by_operator"]["aten._fused_moving_avg_obs_fq_helper"] == 8 * observed == 10_912
-    # The conv and linear products are counted as in a float model: 2 * 288 outputs * 27 MACs.
-    assert report["by_operator"]["aten.convolution"] == 2 * 2 * 4 * 6 * 6 * 27
+    # The conv and linear products are counted as in a float model: 2 * 288 outputs * 27 MACs,
+    # and the conv's bias added to its 288 outputs (the bias convention).
+    assert report["by_operator"]["aten.convolution"] == 2 * 2 * 4 * 6 * 6 * 27 + 2 * 4 * 6 * 6
     assert "integer_ops" not in report
 
 
