@@ -74,9 +74,10 @@ pub fn sdpa_backward(args: &Args) -> Result<u64, FormulaError> {
 /// `_native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
 /// proj_weight, proj_bias, ...)`: nn.MultiheadAttention's inference fast path, one kernel for
 /// what the slow path dispatches as separate operators. The same convention as those operators
-/// (2 FLOPs per multiply-accumulate, biases, softmax and scaling not counted):
-/// Q, K and V projections `2*B*(s_q + 2*s_k)*E*E`, the two attention products `4*B*s_q*s_k*E`
-/// (the heads split `E`), the output projection `2*B*s_q*E*E`.
+/// (2 FLOPs per multiply-accumulate, softmax and scaling not counted, biases by the bias
+/// convention): Q, K and V projections `2*B*(s_q + 2*s_k)*E*E`, the two attention products
+/// `4*B*s_q*s_k*E` (the heads split `E`), the output projection `2*B*s_q*E*E`; with biases, their
+/// adds, `B*(s_q + 2*s_k)*E` (qkv_bias) and `B*s_q*E` (proj_bias).
 pub fn native_multi_head_attention(args: &Args) -> Result<u64, FormulaError> {
     let (s_q, e, batch_dims) = last_two(require_tensor(args, 0)?.dims)?;
     let (s_k, _, _) = last_two(require_tensor(args, 1)?.dims)?;
@@ -84,7 +85,9 @@ pub fn native_multi_head_attention(args: &Args) -> Result<u64, FormulaError> {
     let projections = mul_all(&[2, batch, add(s_q, mul_all(&[2, s_k])?)?, e, e])?;
     let attention = mul_all(&[4, batch, s_q, s_k, e])?;
     let output = mul_all(&[2, batch, s_q, e, e])?;
-    add(add(projections, attention)?, output)
+    let qkv_bias = if args.has_tensor(6) { mul_all(&[batch, add(s_q, mul_all(&[2, s_k])?)?, e])? } else { 0 };
+    let proj_bias = if args.has_tensor(8) { mul_all(&[batch, s_q, e])? } else { 0 };
+    add(add(add(projections, attention)?, output)?, add(qkv_bias, proj_bias)?)
 }
 
 #[cfg(test)]
@@ -151,7 +154,7 @@ mod tests {
     #[test]
     fn native_multi_head_attention_prices_projections_and_products() {
         // Self-attention, B=2, L=3, E=4, 2 heads: QKV 2*2*9*16 = 576, attention 4*2*3*3*4 = 288,
-        // output 2*2*3*16 = 192.
+        // output 2*2*3*16 = 192; the biases' adds 2*9*4 = 72 (qkv) and 2*3*4 = 24 (proj).
         let f = with_args(
             |s| {
                 for _ in 0..3 {
@@ -170,8 +173,8 @@ mod tests {
             },
             native_multi_head_attention,
         );
-        assert_eq!(f, Ok(576 + 288 + 192));
-        // Cross-attention, s_q=1, s_k=5, E=2, unbatched: QKV 2*11*4 = 88, 4*5*2 = 40, 2*4 = 8.
+        assert_eq!(f, Ok(576 + 288 + 192 + 72 + 24));
+        // Cross-attention (no biases given), s_q=1, s_k=5, E=2, unbatched: QKV 2*11*4 = 88, 4*5*2 = 40, 2*4 = 8.
         let cross = with_args(
             |s| {
                 tensor(s, &[1, 2]);

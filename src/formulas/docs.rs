@@ -34,8 +34,8 @@ pub fn markdown() -> String {
          (no multiply), `beta = 0` ignores `self` (no add). A convolution's bias is 1 per output element \
          and its gradient (`convolution_backward`'s `output_mask[2]`) 1 per element of `grad_output`, \
          the separate `sum`'s cost; so for `addmv`, `baddbmm`, `addbmm`, `addr`, `_addmm_activation`, \
-         the backend convolutions, the fused RNN cells and layers, the fp8, 2:4-sparse and \
-         mixed-dtype products. PyTorch's `FlopCounterMode` drops these terms: the rows differ from it \
+         the backend convolutions, the fused RNN cells and layers, the multi-head attention fast path's \
+         projections, the fp8, 2:4-sparse and mixed-dtype products. PyTorch's `FlopCounterMode` drops these terms: the rows differ from it \
          by exactly them.\n\n\
          The `integer` category holds the integer kernels of quantized models: integer operations, not \
          FLOPs (2 per int8 multiply-accumulate, 1 per quantized elementwise result), reported apart in \

@@ -414,7 +414,8 @@ const SDPA: &Convention = &Convention {
     source: FLOP_COUNTER,
 };
 const MHA: &Convention = &Convention {
-    rule: "Q/K/V and output projections plus the QK^T and AV products, 2 FLOPs per multiply-accumulate",
+    rule: "Q/K/V and output projections plus the QK^T and AV products, 2 FLOPs per multiply-accumulate; the \
+           projections' biases 1 per output element",
     source: FLOP_COUNTER,
 };
 const QUANTIZE: &Convention = &Convention {

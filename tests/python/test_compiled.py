@@ -175,7 +175,7 @@ def test_compiled_mlp_counts_the_hand_computed_operators(backend):
     with_grad = counted(training_step(net, compiled, x))
     assert with_grad["by_phase"]["forward"]["value"] == FORWARD + SUM
     assert with_grad["by_phase"]["backward"]["value"] == BACKWARD
-    assert with_grad["by_category"]["matmul"] == MM1 + MM2 + BACKWARD_MM
+    assert with_grad["by_category"]["matmul"] == MM1 + BIAS1 + MM2 + BIAS2 + BACKWARD_MM
     no_grad = counted(inference(compiled, x))
     assert no_grad["by_operator"] == FORWARD_OPS  # nothing renamed: addmm, gelu, native_layer_norm
     assert no_grad["total"]["value"] == FORWARD
@@ -393,7 +393,7 @@ def test_compiled_training_step_gives_the_root_its_eager_value(backend, roots):
     net, x = mlp(), torch.randn(2, 8)
     eager = counted(training_step(net, net, x))
     # Forward and backward of the module; the loss sum runs outside it.
-    assert eager["by_module"]["Sequential"] == STEP - SUM == 2376
+    assert eager["by_module"]["Sequential"] == STEP - SUM == 2416
     compiled = torch.compile(net, backend=backend)
     for _ in range(3):
         report = counted(training_step(net, compiled, x), modules=None if roots == "all" else compiled)
@@ -635,7 +635,7 @@ def test_inductor_graph_that_cannot_be_priced_is_reported_not_dropped():
     assert report["total"]["status"] == "partial"
     assert report["total"]["value"] is None
     # GELU and LayerNorm are fused into generated code; the two addmm are still dispatched.
-    assert report["total"]["known_value"] == MM1 + MM2
+    assert report["total"]["known_value"] == MM1 + BIAS1 + MM2 + BIAS2
     diagnostics = [d for d in report["diagnostics"] if d["code"] == "uncounted_compiled_code"]
     assert len(diagnostics) == 1 and "ran 1 time(s)" in diagnostics[0]["message"]
 
@@ -732,9 +732,9 @@ def test_unpriced_aot_eager_graph_is_counted_and_its_missing_module_labels_are_r
     # eager's; the modules inside it ran no call, and the report says so (never "complete").
     for label in ("Outer", "Outer.inner", "Outer.head"):
         assert report["by_module"][label] == eager["by_module"][label], label
-    assert eager["by_module"]["Outer.inner.0"] == MM1 * (1 if kind == "inference" else 2) + (
-        0 if kind == "inference" else 32
-    )
+    # The first Linear: its product and bias add (and in training its weight gradient and its
+    # bias gradient's sum over the batch, 32).
+    assert eager["by_module"]["Outer.inner.0"] == MM1 + BIAS1 + (0 if kind == "inference" else MM1 + 32)
     assert not any(label.startswith("Outer.inner.") for label in report["by_module"])
     assert report["by_module_status"]["Outer.inner"] == "partial"
     assert report["by_module_status"]["Outer.head"] == "complete"

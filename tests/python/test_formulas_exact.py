@@ -175,9 +175,12 @@ def test_multihead_attention_fast_path_is_counted_where_flop_counter_mode_sees_n
         with torch.no_grad():
             mha(x, x, x, need_weights=False)
 
+    # The biases' adds (the bias convention): in-projection 3*(5+2*5)*8 = 360, out-projection
+    # 3*5*8 = 120, as the slow path's add_ and addmm count them.
+    biases = 360 + 120
     report = torchscan.measure_flops(fast)
-    assert report["by_operator"]["aten._native_multi_head_attention"] == expected
-    assert report["by_category"]["attention"] == expected
+    assert report["by_operator"]["aten._native_multi_head_attention"] == expected + biases
+    assert report["by_category"]["attention"] == expected + biases
     assert fcm_total(fast) == 0
 
     def slow() -> None:
@@ -191,6 +194,7 @@ def test_multihead_attention_fast_path_is_counted_where_flop_counter_mode_sees_n
     # The slow path's output projection is an addmm whose bias adds 3*5*8 = 120 (the bias
     # convention; FlopCounterMode drops them); its input projection's bias is an add_ (pointwise).
     assert sum(slow_report["by_category"].get(c, 0) for c in ("matmul", "attention")) == expected + 120
+    assert slow_report["by_operator"]["aten.add_"] >= 360
 
 
 def test_transformer_era_conventions():

@@ -303,14 +303,15 @@ def test_transformer_encoder_fast_path_by_hand():
     with torch.no_grad():
         report = report_of(lambda: layer(x))
     # 12 tokens. Attention: in-projection 2 x 12 x 32 x 96, scores and weighted values
-    # 2 x (2 x 2 heads x 6 x 6 x 16) each, out-projection 2 x 12 x 32 x 32.
-    attention = 2 * 12 * 32 * 96 + 2 * (2 * 2 * 2 * 6 * 6 * 16) + 2 * 12 * 32 * 32
+    # 2 x (2 x 2 heads x 6 x 6 x 16) each, out-projection 2 x 12 x 32 x 32, and the projections'
+    # biases added to their 12 x 96 and 12 x 32 outputs (the bias convention).
+    attention = 2 * 12 * 32 * 96 + 2 * (2 * 2 * 2 * 6 * 6 * 16) + 2 * 12 * 32 * 32 + 12 * 96 + 12 * 32
     # Feed-forward: two products, their biases' adds (12 x 64 and 12 x 32, the bias convention)
     # and the fused ReLU; two residual adds; two LayerNorms at 5 FLOPs per element.
     feed_forward = 2 * (2 * 12 * 32 * 64) + 12 * 64 + 12 * 32 + 12 * 64
     expected = attention + feed_forward + 2 * 12 * 32 + 2 * 5 * 12 * 32
-    assert report["by_operator"]["aten._native_multi_head_attention"] == attention == 107_520
-    assert report["total"]["value"] == expected == 212_352
+    assert report["by_operator"]["aten._native_multi_head_attention"] == attention == 109_056
+    assert report["total"]["value"] == expected == 213_888
 
 
 def test_margin_losses_and_unfold_gradients():
