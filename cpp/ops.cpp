@@ -129,8 +129,8 @@ std::string format_info(const std::string& report, const std::string& wrap_mode,
 std::string format_flops(const std::string& report, const std::string& by, int64_t max_depth, int64_t max_width,
                          const std::string& order) {
   TORCH_CHECK_VALUE(max_width >= 0, "max_width must not be negative, got ", max_width);
-  return std::string(call_core(
-      [&] { return ffi::format_flops(report, by, max_depth, static_cast<std::size_t>(max_width), order); }));
+  return std::string(
+      call_core([&] { return ffi::format_flops(report, by, max_depth, static_cast<std::size_t>(max_width), order); }));
 }
 
 std::string module_tree(const std::string& report) {
