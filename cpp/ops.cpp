@@ -118,18 +118,23 @@ void exit_call(int64_t session) {
 }
 
 std::string format_info(const std::string& report, const std::string& wrap_mode, bool receptive_field,
-                        bool effective_rf_stats, int64_t max_width, const std::string& layout, int64_t max_depth) {
+                        bool effective_rf_stats, int64_t max_width, int64_t max_depth) {
   TORCH_CHECK_VALUE(max_width >= 0, "max_width must not be negative, got ", max_width);
   return std::string(call_core([&] {
     return ffi::format_info(report, wrap_mode, receptive_field, effective_rf_stats, static_cast<std::size_t>(max_width),
-                            layout, max_depth);
+                            max_depth);
   }));
 }
 
-std::string format_flops(const std::string& report, const std::string& by, int64_t max_depth, int64_t max_width) {
+std::string format_flops(const std::string& report, const std::string& by, int64_t max_depth, int64_t max_width,
+                         const std::string& order) {
   TORCH_CHECK_VALUE(max_width >= 0, "max_width must not be negative, got ", max_width);
   return std::string(
-      call_core([&] { return ffi::format_flops(report, by, max_depth, static_cast<std::size_t>(max_width)); }));
+      call_core([&] { return ffi::format_flops(report, by, max_depth, static_cast<std::size_t>(max_width), order); }));
+}
+
+std::string module_tree(const std::string& report) {
+  return std::string(call_core([&] { return ffi::module_tree(report); }));
 }
 
 std::string throughput_report(const std::string& steps, double peak, bool keep_steps) {
@@ -392,8 +397,10 @@ TORCH_LIBRARY(torchscan, m) {
   def("compare_reports(str before, str after) -> str", &torchscan::compare_reports);
   def("merge_reports(str reports) -> str", &torchscan::merge_reports);
   def("format_info(str report, str wrap_mode, bool receptive_field, bool effective_rf_stats, int max_width=0, "
-      "str layout=\"classic\", int max_depth=-1) -> str",
+      "int max_depth=-1) -> str",
       &torchscan::format_info);
-  def("format_flops(str report, str by, int max_depth=-1, int max_width=0) -> str", &torchscan::format_flops);
+  def("format_flops(str report, str by, int max_depth=-1, int max_width=0, str order=\"\") -> str",
+      &torchscan::format_flops);
+  def("module_tree(str report) -> str", &torchscan::module_tree);
   def("throughput_report(str steps, float peak, bool keep_steps) -> str", &torchscan::throughput_report);
 }

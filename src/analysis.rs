@@ -54,27 +54,24 @@ struct TableRequest {
 impl TableRequest {
     fn draw(&self, report: &AnalysisReport) -> Result<String> {
         let wrap = crate::summary::Wrap::parse(self.wrap_mode.as_deref())?;
-        let draw = |report: &AnalysisReport| {
-            crate::summary::format_info(
-                report,
-                wrap,
-                self.receptive_field,
-                self.effective_rf_stats,
-                self.max_width,
-                crate::summary::Layout::Classic,
-                None,
-            )
-        };
-        let Some(depth) = self.max_depth else { return draw(report) };
-        if !report.layers.is_empty() && !report.layers.iter().any(|layer| layer.depth == depth) {
-            let deepest = report.layers.iter().map(|layer| layer.depth).max().unwrap_or_default();
-            return Err(Error::BadArgument(format!("max_depth {depth} is higher than the module depth ({deepest}).")));
+        if let Some(depth) = self.max_depth {
+            // torchscan 0.2's aggregate_info: a depth no layer has is refused.
+            if !report.layers.is_empty() && !report.layers.iter().any(|layer| layer.depth == depth) {
+                let deepest = report.layers.iter().map(|layer| layer.depth).max().unwrap_or_default();
+                return Err(Error::BadArgument(format!(
+                    "max_depth {depth} is higher than the module depth ({deepest})."
+                )));
+            }
         }
-        let view = AnalysisReport {
-            layers: report.layers.iter().filter(|layer| layer.depth <= depth).cloned().collect(),
-            ..report.clone()
-        };
-        draw(&view)
+        // The whole tree, cut at the depth: a row still counts what it holds below it.
+        crate::summary::format_info(
+            report,
+            wrap,
+            self.receptive_field,
+            self.effective_rf_stats,
+            self.max_width,
+            self.max_depth,
+        )
     }
 }
 
@@ -838,7 +835,6 @@ mod tests {
             false,
             false,
             None,
-            crate::summary::Layout::Classic,
             None,
         )
         .unwrap();
@@ -886,16 +882,8 @@ mod tests {
             "max_depth": null, "max_width": null});
         let out: Value = serde_json::from_str(&with_table(request.clone()).unwrap()).unwrap();
         let report: AnalysisReport = serde_json::from_value(out["report"].clone()).unwrap();
-        let expected = crate::summary::format_info(
-            &report,
-            crate::summary::Wrap::Mid,
-            false,
-            false,
-            None,
-            crate::summary::Layout::Classic,
-            None,
-        )
-        .unwrap();
+        let expected =
+            crate::summary::format_info(&report, crate::summary::Wrap::Mid, false, false, None, None).unwrap();
         assert_eq!(out["table"], expected.as_str());
         // Without a request there is no table; a depth no layer has is refused, naming the deepest.
         assert!(serde_json::from_str::<Value>(

@@ -6,8 +6,11 @@
 //! only Python can see (tuples for lists, keys that are not strings, non-finite floats, objects
 //! JSON has no word for: `torchscan/compare.py`, `torchscan/_wire.c`). The schema versions are
 //! read first: reports of different versions are not read further. A well-formed report is read
-//! straight into typed fields; only one that is not is read as a JSON tree, for its error. A metric that the two reports measure differently
-//! (another unit, scope or method) is an `unavailable` difference with its reason.
+//! straight into typed fields; only one that is not is read as a JSON tree, for its error. A
+//! metric that the two reports measure differently (another unit, scope or method) is a
+//! `ValueError` naming the field (`incompatible unit ...`: torchscan 0.2's rule) when both sides
+//! have a number to compare; when one side has none (unavailable, not applicable, not
+//! requested) it is an `unavailable` difference with its reason.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -344,9 +347,10 @@ fn diff_metric(before: Option<&Metric>, after: Option<&Metric>) -> MetricDiff {
     MetricDiff { after: after.map(Metric::reported), before: before.map(Metric::reported), delta, reason: None, status }
 }
 
-/// Why two sides of a metric cannot be compared: the first of unit, scope and method that
-/// differs (torchscan 0.2 counted operators with PyTorch's flop counter, this version natively).
-fn incompatibility(before: &Metric, after: &Metric) -> Option<String> {
+/// The first of unit, scope and method that differs between the two sides of a metric, with
+/// both values as the messages show them (torchscan 0.2 counted operators with PyTorch's flop
+/// counter, this version natively: their `operator_flops` differ in method).
+fn incompatibility(before: &Metric, after: &Metric) -> Option<(&'static str, String, String)> {
     // A metric without a number on one side (`not_applicable`: a receptive field where another
     // module type now sits at the path; `not_requested`: structure mode) can differ in method:
     // its status already makes the difference unavailable.
@@ -356,13 +360,22 @@ fn incompatibility(before: &Metric, after: &Metric) -> Option<String> {
     let fields =
         [("unit", &before.unit, &after.unit), ("scope", &before.scope, &after.scope), ("method", methods.0, methods.1)];
     let shown = |side: &Option<Text>| side.as_deref().map_or_else(|| "none given".to_string(), repr);
-    fields
-        .into_iter()
-        .find(|(_, b, a)| b != a)
-        .map(|(field, b, a)| format!("measured differently: {field} {} before, {} after", shown(b), shown(a)))
+    fields.into_iter().find(|(_, b, a)| b != a).map(|(field, b, a)| (field, shown(b), shown(a)))
 }
 
-fn diff_metrics(before: &Metrics, after: &Metrics, changed_only: bool) -> BTreeMap<String, MetricDiff> {
+/// A side of a metric that holds a number (its value or a known lower bound).
+fn has_number(metric: &Metric) -> bool {
+    metric.value.is_some() || metric.known_value.is_some()
+}
+
+/// The differences of two sets of metrics; `owner` names them in an error (`the totals`, `layer
+/// call ('fc', 0)`), spelled out only then.
+fn diff_metrics(
+    before: &Metrics,
+    after: &Metrics,
+    changed_only: bool,
+    owner: &dyn Fn() -> String,
+) -> Result<BTreeMap<String, MetricDiff>> {
     let names: BTreeSet<&Text> = before.keys().chain(after.keys()).collect();
     let mut out = BTreeMap::new();
     for name in names {
@@ -372,13 +385,24 @@ fn diff_metrics(before: &Metrics, after: &Metrics, changed_only: bool) -> BTreeM
         }
         let mut diff = diff_metric(b, a);
         if let (Some(b), Some(a)) = (b, a) {
-            if let Some(reason) = incompatibility(b, a) {
+            if let Some((field, was, is)) = incompatibility(b, a) {
+                // Two numbers measured differently cannot be subtracted: torchscan 0.2 refuses
+                // the comparison, and code written for it catches that ValueError.
+                if has_number(b) && has_number(a) {
+                    return Err(value_error(format!(
+                        "incompatible {field} for metric {} of {}: {was} before, {is} after (the reports \
+                         measured it differently; compare reports made the same way)",
+                        repr(name),
+                        owner()
+                    )));
+                }
+                let reason = format!("measured differently: {field} {was} before, {is} after");
                 diff = MetricDiff { delta: None, reason: Some(reason), status: Status::Unavailable, ..diff };
             }
         }
         out.insert(name.to_string(), diff);
     }
-    out
+    Ok(out)
 }
 
 fn snapshot(key: &(String, i64), metrics: &Metrics) -> LayerSnapshot {
@@ -396,25 +420,26 @@ fn checked_version(before: i64, after: i64) -> Result<i64> {
     Ok(before)
 }
 
-fn diff(b: Normalized, a: Normalized, version: i64) -> ReportDiff {
-    let totals = diff_metrics(&b.totals, &a.totals, false);
+fn diff(b: Normalized, a: Normalized, version: i64) -> Result<ReportDiff> {
+    let totals = diff_metrics(&b.totals, &a.totals, false, &|| "the totals".to_string())?;
     let added = a.layers.iter().filter(|(k, _)| !b.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
     let removed = b.layers.iter().filter(|(k, _)| !a.layers.contains_key(*k)).map(|(k, m)| snapshot(k, m)).collect();
     let mut changed = Vec::new();
     for (key, before_metrics) in &b.layers {
         let Some(after_metrics) = a.layers.get(key) else { continue };
-        let metrics = diff_metrics(before_metrics, after_metrics, true);
+        let owner = || format!("layer call ({}, {})", repr(&key.0), key.1);
+        let metrics = diff_metrics(before_metrics, after_metrics, true, &owner)?;
         if !metrics.is_empty() {
             changed.push(LayerDiff { call_index: key.1, metrics, path: key.0.clone() });
         }
     }
-    ReportDiff { layers: LayerChanges { added, changed, removed }, schema_version: version, totals }
+    Ok(ReportDiff { layers: LayerChanges { added, changed, removed }, schema_version: version, totals })
 }
 
 /// The ReportDiff of two reports (JSON values, encoded as described above).
 pub fn compare(before: &Value, after: &Value) -> Result<ReportDiff> {
     let version = checked_version(version(before, "before")?, version(after, "after")?)?;
-    Ok(diff(normalize(before, "before")?, normalize(after, "after")?, version))
+    diff(normalize(before, "before")?, normalize(after, "after")?, version)
 }
 
 /// The top of a report, read without building the rest of its tree.
@@ -444,7 +469,7 @@ pub fn compare_json(before: &str, after: &str) -> Result<String> {
         |text: &str, side: &str| normalize_typed(text, side).unwrap_or_else(|| normalize(&parse(text, side)?, side));
     let b = read(before, "before")?;
     let a = read(after, "after")?;
-    serde_json::to_string(&diff(b, a, version))
+    serde_json::to_string(&diff(b, a, version)?)
         .map_err(|e| Error::Internal(format!("the diff cannot be serialized: {e}")))
 }
 
@@ -546,18 +571,42 @@ mod tests {
         // Versions first: nothing else of a report of another version is read.
         let bare = |v: i64| json!({"schema_version": v});
         assert_eq!(compare(&bare(1), &bare(2)).unwrap_err().to_string(), "schema versions differ: 1 != 2");
-        // A metric measured differently is an unavailable difference saying why.
+        // Two numbers measured differently: torchscan 0.2's ValueError, naming the field.
         let mut other_unit = one.clone();
         other_unit["totals"]["module_flops"]["unit"] = json!("MACs");
-        let d = diff(&one, &other_unit);
+        assert_eq!(
+            compare(&one, &other_unit).unwrap_err().to_string(),
+            "incompatible unit for metric 'module_flops' of the totals: 'FLOPs' before, 'MACs' after (the reports \
+             measured it differently; compare reports made the same way)"
+        );
+        let mut other_scope = one.clone();
+        other_scope["totals"]["module_flops"]["scope"] = json!("t");
+        assert!(compare(&one, &other_scope).unwrap_err().to_string().starts_with("incompatible scope "));
+        let mut no_method = one.clone();
+        no_method["totals"]["module_flops"].as_object_mut().unwrap().remove("method");
+        let e = compare(&one, &no_method).unwrap_err().to_string();
+        assert!(
+            e.starts_with("incompatible method for metric 'module_flops' of the totals: 'x' before, none given after")
+        );
+        // In a layer call too, which the message names.
+        let layered = report(m("complete", json!(1), json!(1)), json!([layer("a", 0, 1)]));
+        let mut relayered = layered.clone();
+        relayered["layers"][0]["metrics"]["module_flops"]["method"] = json!("y");
+        let e = compare_json(&layered.to_string(), &relayered.to_string()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("incompatible method for metric 'module_flops' of layer call ('a', 0): 'x' before"),
+            "{e}"
+        );
+        assert!(diff(&one, &one)["totals"]["module_flops"].get("reason").is_none());
+        // A side without a number (unavailable) cannot be subtracted anyway: an unavailable
+        // difference that says why, no error.
+        let mut empty = one.clone();
+        empty["totals"]["module_flops"] = json!({"status": "unavailable", "value": null, "known_value": null,
+            "unit": "MACs", "scope": "s", "method": "x"});
+        let d = diff(&one, &empty);
         assert_eq!(d["totals"]["module_flops"]["status"], "unavailable");
         assert_eq!(d["totals"]["module_flops"]["delta"], Value::Null);
         assert_eq!(d["totals"]["module_flops"]["reason"], "measured differently: unit 'FLOPs' before, 'MACs' after");
-        let mut no_method = one.clone();
-        no_method["totals"]["module_flops"].as_object_mut().unwrap().remove("method");
-        let d = diff(&one, &no_method);
-        assert_eq!(d["totals"]["module_flops"]["reason"], "measured differently: method 'x' before, none given after");
-        assert!(diff(&one, &one)["totals"]["module_flops"].get("reason").is_none());
         // A numberless side (not applicable) differs in method without being incompatible.
         let mut numberless = one.clone();
         numberless["totals"]["module_flops"] = json!({"status": "unavailable", "value": null, "known_value": null, "unit": "FLOPs", "scope": "s",

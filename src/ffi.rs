@@ -176,21 +176,23 @@ mod bridge {
         fn pop_scopes(handle: i64, count: usize) -> Result<()>;
 
         /// The table of a report; `wrap_mode` is "mid", "end" or "" (no wrapping). `max_width`
-        /// 0: as wide as the content needs; `layout` "classic" (`summary`) or "detailed";
-        /// `max_depth` -1: every layer.
+        /// 0: as wide as the content needs; `max_depth` -1: every layer.
         fn format_info(
             report: &str,
             wrap_mode: &str,
             receptive_field: bool,
             effective_rf_stats: bool,
             max_width: usize,
-            layout: &str,
             max_depth: i64,
         ) -> Result<String>;
 
         /// The FLOPs table of a FlopReport (`flops_table.rs`): `by` "module", "operator" or
-        /// "category"; `max_depth` -1: the whole module tree; `max_width` 0: as wide as needed.
-        fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize) -> Result<String>;
+        /// "category"; `max_depth` -1: the whole module tree; `max_width` 0: as wide as needed;
+        /// `order` a JSON list of module labels in call order ("": none).
+        fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize, order: &str) -> Result<String>;
+
+        /// The module tree of an AnalysisReport (`module_tree.rs`), a JSON list of its rows.
+        fn module_tree(report: &str) -> Result<String>;
 
         /// The ThroughputReport of timed steps (a JSON list of `StepTiming`); `peak` 0: none.
         fn throughput_report(steps: &str, peak: f64, keep_steps: bool) -> Result<String>;
@@ -487,7 +489,6 @@ fn format_info(
     receptive_field: bool,
     effective_rf_stats: bool,
     max_width: usize,
-    layout: &str,
     max_depth: i64,
 ) -> Result<String, String> {
     guarded(|| {
@@ -501,20 +502,35 @@ fn format_info(
             receptive_field,
             effective_rf_stats,
             (max_width > 0).then_some(max_width),
-            crate::summary::Layout::parse(layout)?,
             u64::try_from(max_depth).ok(),
         )
     })
 }
 
-fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize) -> Result<String, String> {
+fn format_flops(report: &str, by: &str, max_depth: i64, max_width: usize, order: &str) -> Result<String, String> {
     guarded(|| {
         let report: crate::report::FlopReport = serde_json::from_str(report).map_err(|e| {
             crate::error::Error::ReportValue(format!("the report does not match the FlopReport schema ({e})"))
         })?;
         let by = crate::flops_table::By::parse(by)?;
         let max_depth = usize::try_from(max_depth).ok();
-        crate::flops_table::format_flops(&report, by, max_depth, (max_width > 0).then_some(max_width))
+        let order: Vec<String> = if order.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::from_str(order).map_err(|e| {
+                crate::error::Error::BadArgument(format!("the call order must be a list of module labels ({e})"))
+            })?
+        };
+        crate::flops_table::format_flops(&report, by, max_depth, (max_width > 0).then_some(max_width), &order)
+    })
+}
+
+fn module_tree(report: &str) -> Result<String, String> {
+    guarded(|| {
+        let report: crate::report::AnalysisReport = serde_json::from_str(report).map_err(|e| {
+            crate::error::Error::ReportValue(format!("the report does not match the AnalysisReport schema ({e})"))
+        })?;
+        crate::module_tree::tree_json(&report)
     })
 }
 

@@ -7,6 +7,7 @@
 use std::cmp::Ordering;
 
 use crate::error::{Error, Result};
+use crate::module_tree::components;
 use crate::report::{FlopReport, MetricResult, Status};
 use crate::summary::{chars, thousands, wrap_string, Wrap};
 
@@ -59,25 +60,6 @@ pub(crate) fn printable(name: &str) -> String {
         }
     }
     out
-}
-
-/// A module label's components: split at its dots, not at escaped ones (`\.`, see `_names.py`).
-fn components(label: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (bytes, mut start, mut i) = (label.as_bytes(), 0, 0);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' => i += 2,
-            b'.' => {
-                parts.push(&label[start..i]);
-                start = i + 1;
-                i += 1;
-            }
-            _ => i += 1,
-        }
-    }
-    parts.push(&label[start.min(label.len())..]);
-    parts
 }
 
 /// Module tree order: component by component, indices (`layer1.10`) as numbers.
@@ -164,42 +146,118 @@ impl Table {
     }
 }
 
-fn module_rows(report: &FlopReport, whole: Option<u64>, max_depth: Option<usize>) -> Vec<Vec<String>> {
-    let mut labels: Vec<(&String, Vec<&str>)> = report
-        .by_module_status
-        .keys()
-        .chain(report.by_module.keys())
-        .map(|label| (label, components(label)))
-        .filter(|(_, parts)| max_depth.is_none_or(|depth| parts.len() <= depth + 1))
-        .collect();
-    labels.sort_by(|a, b| tree_order(&a.1, &b.1));
-    labels.dedup_by(|a, b| a.0 == b.0);
-    let mut rows = Vec::with_capacity(labels.len() + 1);
+/// The worse of two statuses (unavailable, then partial, then complete).
+fn worse(a: Status, b: Status) -> Status {
+    let rank = |s: Status| match s {
+        Status::Complete => 0,
+        Status::Partial => 1,
+        Status::Unavailable => 2,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}
+
+/// One row of the module tree: a labelled module, or a module above labelled ones that no call
+/// labelled itself (a ModuleList: its FLOPs are its children's).
+struct ModuleRow<'a> {
+    parts: Vec<&'a str>,
+    flops: Option<u64>,
+    status: Option<Status>,
+    /// Where the module comes in `order` (its first labelled call), or its first child's.
+    rank: usize,
+}
+
+/// The module tree's rows: every labelled module and the modules above them, each subtree
+/// after its root, siblings in call order (their place in `order`; modules `order` lacks after
+/// those, in tree order), so that a module is never drawn under the sibling called before it.
+fn module_rows(
+    report: &FlopReport,
+    whole: Option<u64>,
+    max_depth: Option<usize>,
+    order: &[String],
+) -> Vec<Vec<String>> {
+    let ranks: std::collections::HashMap<&str, usize> =
+        order.iter().enumerate().rev().map(|(i, label)| (label.as_str(), i)).collect();
+    let mut rows: std::collections::BTreeMap<String, ModuleRow> = std::collections::BTreeMap::new();
+    for label in report.by_module_status.keys().chain(report.by_module.keys()) {
+        let parts = components(label);
+        for depth in 1..=parts.len() {
+            let prefix = parts[..depth].join(".");
+            let own = depth == parts.len();
+            let rank = ranks.get(label.as_str()).copied().unwrap_or(usize::MAX);
+            let row = rows.entry(prefix).or_insert_with(|| ModuleRow {
+                parts: parts[..depth].to_vec(),
+                flops: None,
+                status: None,
+                rank,
+            });
+            row.rank = row.rank.min(rank);
+            if own {
+                row.flops = report.by_module.get(label).copied();
+                row.status = report.by_module_status.get(label).copied();
+            }
+        }
+    }
+    // A module no call labelled sums its children (deepest first, so theirs are known).
+    let mut keys: Vec<String> = rows.keys().cloned().collect();
+    keys.sort_by_key(|key| std::cmp::Reverse(components(key).len()));
+    for key in &keys {
+        let labelled = report.by_module.contains_key(key) || report.by_module_status.contains_key(key);
+        if labelled {
+            continue;
+        }
+        let depth = components(key).len();
+        let prefix = format!("{key}.");
+        let children: Vec<&ModuleRow> =
+            rows.iter().filter(|(k, r)| k.starts_with(&prefix) && r.parts.len() == depth + 1).map(|(_, r)| r).collect();
+        let flops = children.iter().try_fold(0u64, |sum, child| child.flops.and_then(|f| sum.checked_add(f)));
+        let status = children.iter().filter_map(|child| child.status).reduce(worse);
+        if let Some(row) = rows.get_mut(key) {
+            row.flops = flops;
+            // No number (a child's count overflowed): at best unavailable.
+            row.status = if flops.is_none() { Some(status.unwrap_or(Status::Unavailable)) } else { status };
+        }
+    }
+    let mut sorted: Vec<&ModuleRow> =
+        rows.values().filter(|row| max_depth.is_none_or(|depth| row.parts.len() <= depth + 1)).collect();
+    // Depth first: at the first component where two paths part, the earlier-called subtree first.
+    let rank_of = |parts: &[&str]| rows.get(&parts.join(".")).map_or(usize::MAX, |row| row.rank);
+    sorted.sort_by(|a, b| {
+        let common = a.parts.iter().zip(&b.parts).take_while(|(x, y)| x == y).count();
+        if common == a.parts.len() || common == b.parts.len() {
+            return a.parts.len().cmp(&b.parts.len());
+        }
+        let (x, y) = (&a.parts[..=common], &b.parts[..=common]);
+        rank_of(x).cmp(&rank_of(y)).then_with(|| tree_order(x, y))
+    });
+    let mut out = Vec::with_capacity(sorted.len() + 1);
     let mut roots = 0u64;
-    for (label, parts) in &labels {
-        let depth = parts.len() - 1;
-        let name = if depth == 0 { label.as_str() } else { parts[depth] };
-        let name = format!("{}{}", "  ".repeat(depth), printable(name));
-        let status = report.by_module_status.get(*label).copied();
-        let row = match report.by_module.get(*label) {
-            Some(&flops) => {
+    for row in sorted {
+        let depth = row.parts.len() - 1;
+        let name = if depth == 0 { row.parts.join(".") } else { row.parts[depth].to_string() };
+        let name = format!("{}{}", "  ".repeat(depth), printable(&name));
+        let cells = match row.flops {
+            Some(flops) => {
                 if depth == 0 {
                     roots = roots.saturating_add(flops);
                 }
-                let status = status.map_or("", status_name);
+                let status = row.status.map_or("", status_name);
                 vec![name, thousands(flops), share(flops, whole), status.to_string()]
             }
             // A count that overflowed has no number.
-            None => vec![name, "-".into(), "-".into(), status.map_or("unavailable", status_name).to_string()],
+            None => vec![name, "-".into(), "-".into(), row.status.map_or("unavailable", status_name).to_string()],
         };
-        rows.push(row);
+        out.push(cells);
     }
     // Work no labelled module call ran (a loss or an optimizer step outside the model).
     if let Some(whole) = whole.filter(|&w| w > roots) {
         let rest = whole - roots;
-        rows.push(vec!["(outside the modules)".into(), thousands(rest), share(rest, Some(whole)), String::new()]);
+        out.push(vec!["(outside the modules)".into(), thousands(rest), share(rest, Some(whole)), String::new()]);
     }
-    rows
+    out
 }
 
 fn sorted_by_flops<'a>(map: impl Iterator<Item = (&'a String, &'a u64)>) -> Vec<(&'a String, u64)> {
@@ -209,14 +267,22 @@ fn sorted_by_flops<'a>(map: impl Iterator<Item = (&'a String, &'a u64)>) -> Vec<
 }
 
 /// The table of `report` by `by`; `max_depth` limits the module tree (0: the roots alone),
-/// `max_width` (a terminal's width) narrows the name column to fit.
-pub fn format_flops(report: &FlopReport, by: By, max_depth: Option<usize>, max_width: Option<usize>) -> Result<String> {
+/// `max_width` (a terminal's width) narrows the name column to fit. `order`: module labels in
+/// call order (an AnalysisReport's layers), which the module tree's siblings follow; without
+/// it they are in tree order (indices as numbers).
+pub fn format_flops(
+    report: &FlopReport,
+    by: By,
+    max_depth: Option<usize>,
+    max_width: Option<usize>,
+    order: &[String],
+) -> Result<String> {
     let whole = counted(&report.total);
     let table = match by {
         By::Module => Table {
             headers: vec!["Module", "FLOPs", "Share", "Status"],
             numeric: vec![false, true, true, false],
-            rows: module_rows(report, whole, max_depth),
+            rows: module_rows(report, whole, max_depth, order),
         },
         By::Operator => Table {
             headers: vec!["Operator", "Calls", "FLOPs", "Share"],
@@ -323,7 +389,7 @@ mod tests {
 
     #[test]
     fn the_module_tree_with_shares_statuses_and_the_work_outside_it() {
-        let text = format_flops(&complete(), By::Module, None, None).unwrap();
+        let text = format_flops(&complete(), By::Module, None, None, &[]).unwrap();
         // Shares of 1,976: 1,968 / 1,976 = 99.6%, 1,056 -> 53.4%, 64 -> 3.2%, 848 -> 42.9%,
         // 776 -> 39.3%, 72 -> 3.6%; outside the modules 1,976 - 1,968 = 8 -> 0.4%.
         let expected = "\
@@ -342,17 +408,50 @@ Phases: forward 848 (42.9%), backward 1,128 (57.1%)";
     }
 
     #[test]
+    fn siblings_follow_the_call_order_and_an_unlabelled_container_gets_a_row() {
+        // Sequential.2 called first; and, its label removed, a module no call labelled (a
+        // ModuleList): its row sums its children, 776 + 72 = 848 (42.9% of 1,976).
+        let mut r = complete();
+        r.by_module.remove("Sequential.2");
+        r.by_module_status.remove("Sequential.2");
+        let order: Vec<String> =
+            ["Sequential", "Sequential.2.0", "Sequential.2.1", "Sequential.0", "Sequential.1"].map(String::from).into();
+        let text = format_flops(&r, By::Module, None, None, &order).unwrap();
+        let rows: Vec<&str> = text.lines().skip(3).take(6).collect();
+        assert_eq!(
+            rows,
+            vec![
+                "Sequential             1,968  99.6%  complete",
+                "  2                      848  42.9%  complete",
+                "    0                    776  39.3%  complete",
+                "    1                     72   3.6%  complete",
+                "  0                    1,056  53.4%  complete",
+                "  1                       64   3.2%  complete",
+            ]
+        );
+        // Without an order: tree order, the container still there.
+        let text = format_flops(&r, By::Module, None, None, &[]).unwrap();
+        assert!(text
+            .contains("  1                       64   3.2%  complete\n  2                      848  42.9%  complete"));
+        // A child without a number (an overflowed count): the container has none either.
+        r.by_module.remove("Sequential.2.1");
+        r.by_module_status.insert("Sequential.2.1".into(), Status::Partial);
+        let text = format_flops(&r, By::Module, None, None, &order).unwrap();
+        assert!(text.contains("\n  2                        -      -  partial\n"), "{text}");
+    }
+
+    #[test]
     fn max_depth_keeps_the_upper_levels() {
-        let text = format_flops(&complete(), By::Module, Some(0), None).unwrap();
+        let text = format_flops(&complete(), By::Module, Some(0), None, &[]).unwrap();
         assert!(text.contains("Sequential             1,968  99.6%  complete\n(outside"), "{text}");
-        let text = format_flops(&complete(), By::Module, Some(1), None).unwrap();
+        let text = format_flops(&complete(), By::Module, Some(1), None, &[]).unwrap();
         assert_eq!(text.lines().filter(|l| l.starts_with("    ")).count(), 0);
         assert_eq!(text.lines().filter(|l| l.starts_with("  ") && !l.starts_with("   ")).count(), 3);
     }
 
     #[test]
     fn operators_by_flops_with_calls_and_categories() {
-        let text = format_flops(&complete(), By::Operator, None, None).unwrap();
+        let text = format_flops(&complete(), By::Operator, None, None, &[]).unwrap();
         let rows: Vec<&str> = text.lines().skip(3).take(3).collect();
         // 1,024 / 1,976 = 51.8%, 768 -> 38.9%, 48 -> 2.4%.
         assert_eq!(
@@ -363,7 +462,7 @@ Phases: forward 848 (42.9%), backward 1,128 (57.1%)";
                 "aten.sum                         3     48   2.4%"
             ]
         );
-        let text = format_flops(&complete(), By::Category, None, None).unwrap();
+        let text = format_flops(&complete(), By::Category, None, None, &[]).unwrap();
         assert!(
             text.contains(
                 "matmul     1,792  90.7%\nsoftmax       72   3.6%\npointwise     64   3.2%\nreduction     48   2.4%"
@@ -375,7 +474,8 @@ Phases: forward 848 (42.9%), backward 1,128 (57.1%)";
     #[test]
     fn a_partial_total_says_so_and_shares_its_counted_part() {
         let text =
-            format_flops(&report(metric("partial", None, Some(1976), "workload")), By::Category, None, None).unwrap();
+            format_flops(&report(metric("partial", None, Some(1976), "workload")), By::Category, None, None, &[])
+                .unwrap();
         assert!(text.starts_with("Total: at least 1,976 FLOPs (partial)\n"), "{text}");
         assert!(text.ends_with("Not complete: 0 diagnostic(s) in the report say what was not counted"), "{text}");
     }
@@ -391,7 +491,7 @@ Phases: forward 848 (42.9%), backward 1,128 (57.1%)";
 
     #[test]
     fn a_narrow_terminal_shortens_the_names() {
-        let text = format_flops(&complete(), By::Module, None, Some(36)).unwrap();
+        let text = format_flops(&complete(), By::Module, None, Some(36), &[]).unwrap();
         // 45 columns wide, 9 too many: the name column goes from 21 to 12.
         assert!(text.contains("(outsid[...]      8   0.4%"), "{text}");
         let table = text.lines().filter(|l| !l.starts_with("Total") && !l.starts_with("Phases"));
@@ -411,14 +511,14 @@ Phases: forward 848 (42.9%), backward 1,128 (57.1%)";
             by_phase: Default::default(),
             by_module: Default::default(),
         });
-        let text = format_flops(&r, By::Operator, None, None).unwrap();
+        let text = format_flops(&r, By::Operator, None, None, &[]).unwrap();
         assert!(
             text.ends_with(
                 "Collectives (ring convention, this rank): 3 call(s), at least 17,792 bytes sent, at least 8,896 received (partial)"
             ),
             "{text}"
         );
-        assert!(!format_flops(&complete(), By::Operator, None, None).unwrap().contains("Collectives"));
+        assert!(!format_flops(&complete(), By::Operator, None, None, &[]).unwrap().contains("Collectives"));
     }
 
     #[test]

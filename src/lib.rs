@@ -18,6 +18,7 @@ pub mod formulas;
 pub mod host_frames;
 pub mod memory;
 pub mod merge;
+pub mod module_tree;
 pub mod modules;
 pub mod pending;
 pub mod registry;

@@ -1,17 +1,17 @@
-//! The text table of an AnalysisReport, in two layouts:
-//! - classic (`summary`, `format_info`): exactly as torchscan 0.2 lays it out, columns Layer /
-//!   Type / Output Shape / Param # (parameters and buffers) / Trainable (+ receptive field,
-//!   effective stride and padding on request), then the parameter, size and metric-total lines
-//!   (`known` before a partial value);
-//! - detailed (the `torchscan` command): parameters and buffers in columns of their own and each
-//!   call's operator FLOPs, then totals that say which method each FLOPs figure comes from, with
-//!   sizes in SI megabytes.
+//! The layer table of an AnalysisReport: what `summary` prints, `format_info` draws and the
+//! `torchscan` command shows, one table for all three. Rows are the module tree
+//! (`module_tree.rs`: calls in call order, a container never called itself given a row of its
+//! own); columns Layer / Type / Output Shape / Param # / Buffers / Trainable / FLOPs (+ receptive
+//! field, effective stride and padding on request), where a row's Param #, Buffers and FLOPs
+//! include those of the rows inside it. Under it, torchscan 0.2's footer: `Trainable params`,
+//! `Non-trainable params`, `Total params`, the model size (in MB of 10^6 bytes), and one line
+//! per FLOP/MAC/DMA total that says which method counted it (`known` before a partial value).
 
 use crate::error::{Error, Result};
-use crate::report::{AnalysisReport, Layer, Metric, Status, ValueMeta};
+use crate::module_tree::{Counts, Node, Tree};
+use crate::report::{AnalysisReport, Metric, Status, ValueMeta};
 
-/// The columns either layout can show, in order: the classic layout leaves out Buffers and
-/// FLOPs (its Param # counts parameters and buffers together), the detailed one shows both.
+/// The columns the table can show, in order.
 const HEADERS: [&str; COLUMNS] = [
     "Layer",
     "Type",
@@ -25,31 +25,17 @@ const HEADERS: [&str; COLUMNS] = [
     "Effective padding",
 ];
 const COLUMNS: usize = 10;
-// Param # is wider than torchscan 0.2's 15 for a pruned layer's "(N unmasked)".
+// What wrapping caps each column at (torchscan 0.2's widths; Param # wider for a pruned layer's
+// "(N unmasked)").
 const MAX_WIDTHS: [usize; COLUMNS] = [27, 20, 25, 27, 15, 9, 22, 15, 16, 17];
-const MARGIN: &str = "    ";
-const DETAILED_MARGIN: &str = "  ";
-// Column indices the layouts choose between.
+const MARGIN: &str = "  ";
+// Column indices.
+const PARAMS: usize = 3;
 const BUFFERS: usize = 4;
 const FLOPS: usize = 6;
 const RF: usize = 7;
-
-/// Which table: torchscan 0.2's (`summary`), or the command line's (see the module comment).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    Classic,
-    Detailed,
-}
-
-impl Layout {
-    pub fn parse(layout: &str) -> Result<Layout> {
-        match layout {
-            "classic" => Ok(Layout::Classic),
-            "detailed" => Ok(Layout::Detailed),
-            other => Err(Error::BadArgument(format!("layout must be 'classic' or 'detailed', got {other:?}"))),
-        }
-    }
-}
+/// The counts, right-aligned as numbers are read.
+const NUMERIC: [usize; 3] = [PARAMS, BUFFERS, FLOPS];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wrap {
@@ -166,8 +152,7 @@ fn count_text(metric: &Metric) -> String {
     count(metric).map_or_else(|| "unavailable (>= 2^64)".to_string(), thousands)
 }
 
-/// The Param # cell: parameters (and, in the classic layout, buffers: torchscan 0.2), and for
-/// a pruned layer the parameters its masks keep.
+/// The Param # cell: parameters, and for a pruned layer the parameters its masks keep.
 fn param_text(elements: Option<u64>, effective: Option<u64>) -> String {
     let elements = elements.map_or_else(|| ">= 2^64".to_string(), thousands);
     match effective {
@@ -190,122 +175,52 @@ fn flops_cell(metric: Option<&Metric>) -> String {
     }
 }
 
-/// The parameter and buffer elements a layer call counts first (None: 2^64 or more).
-fn own_counts(layer: &Layer) -> Counts {
-    let params = &layer.parameters;
-    Counts {
-        parameters: params.trainable.zip(params.frozen).and_then(|(t, f)| t.checked_add(f)),
-        trainable: params.trainable,
-        buffers: layer.buffers.elements,
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Counts {
-    parameters: Option<u64>,
-    trainable: Option<u64>,
-    buffers: Option<u64>,
-}
-
-impl Counts {
-    fn add(self, other: Counts) -> Counts {
-        let sum = |a: Option<u64>, b: Option<u64>| a.zip(b).and_then(|(a, b)| a.checked_add(b));
-        Counts {
-            parameters: sum(self.parameters, other.parameters),
-            trainable: sum(self.trainable, other.trainable),
-            buffers: sum(self.buffers, other.buffers),
-        }
-    }
-}
-
-/// Each layer call's counts with those of the calls inside it (the layers that follow it in
-/// call order, deeper than it): what a collapsed container holds, as torchinfo counts it.
-/// Parameters are counted by the call that saw them first, so nothing is counted twice.
-fn inclusive_counts(layers: &[Layer]) -> Vec<Counts> {
-    let mut sums: Vec<Counts> = layers.iter().map(own_counts).collect();
-    // Open calls (index, depth), outermost first: a finished call adds its sum to its parent.
-    let mut open: Vec<(usize, u64)> = Vec::new();
-    let close = |open: &mut Vec<(usize, u64)>, sums: &mut Vec<Counts>| {
-        let (child, _) = open.pop().expect("an open call");
-        if let Some(&(parent, _)) = open.last() {
-            sums[parent] = sums[parent].add(sums[child]);
-        }
+/// A row's cells; `widths` None: as long as `free` allows (the measuring pass).
+fn cells(node: &Node, widths: &[Option<usize>; COLUMNS], free: usize, wrap: Wrap) -> [String; COLUMNS] {
+    let name = tree_name(&node.name, node.depth);
+    let name_limit = widths[0].unwrap_or(free);
+    let Counts { parameters, trainable, buffers } = node.counts;
+    let text = |count: Option<u64>| count.map_or_else(|| ">= 2^64".to_string(), thousands);
+    let (type_name, shape, effective) = match node.layer {
+        Some(layer) => (
+            // A lazy module's call materialized its parameters: marked, as torchinfo marks it.
+            if layer.lazy { format!("{} (lazy)", layer.type_name) } else { layer.type_name.clone() },
+            // A submodule inside TorchScript: listed, its calls (and shapes) not seen.
+            layer.output.as_ref().map_or_else(|| "?".into(), shape_text),
+            layer.parameters.effective.filter(|_| node.children.is_empty()),
+        ),
+        // A container never called itself (a ModuleList): no type or output to show.
+        None => ("-".to_string(), "-".to_string(), None),
     };
-    for (index, layer) in layers.iter().enumerate() {
-        while open.last().is_some_and(|&(_, depth)| depth >= layer.depth) {
-            close(&mut open, &mut sums);
-        }
-        open.push((index, layer.depth));
-    }
-    while !open.is_empty() {
-        close(&mut open, &mut sums);
-    }
-    sums
-}
-
-/// A layer's cells; `widths` None: as long as `free` allows (the measuring pass).
-fn cells(
-    layer: &Layer,
-    counts: Counts,
-    widths: &[Option<usize>; COLUMNS],
-    free: usize,
-    wrap: Wrap,
-    layout: Layout,
-) -> [String; COLUMNS] {
-    let name = tree_name(&layer.name, layer.depth);
-    // torchscan 0.2 wraps names to 3 more characters than the column, which then cuts the
-    // marker to "[.."; the detailed layout wraps to the column.
-    let slack = if layout == Layout::Classic { 3 } else { 0 };
-    let name_limit = widths[0].map_or(free, |w| w + slack);
-    let params = &layer.parameters;
-    // A count of 2^64 or more (null in the report) is shown as such.
-    let owned = counts.parameters;
-    let elements = match layout {
-        Layout::Classic => owned.zip(counts.buffers).and_then(|(p, b)| p.checked_add(b)),
-        Layout::Detailed => owned,
-    };
-    let rf = |metric: &Option<Metric>| match metric.as_ref().and_then(metric_number) {
-        Some(v) => format!("{v:.0}"),
-        None => "?".to_string(),
+    let rf = |pick: fn(&crate::report::LayerMetrics) -> &Option<Metric>| match node.layer {
+        None => "-".to_string(),
+        Some(layer) => match pick(&layer.metrics).as_ref().and_then(metric_number) {
+            Some(v) => format!("{v:.0}"),
+            None => "?".to_string(),
+        },
     };
     [
         fit(&wrap_string(&name, name_limit, wrap), widths[0]),
-        // A lazy module's call materialized its parameters: marked, as torchinfo marks it.
+        fit(&crate::flops_table::printable(&type_name), widths[1]),
+        fit(&wrap_string(&shape, widths[2].unwrap_or(free), Wrap::End), widths[2]),
+        fit(&param_text(parameters, effective), widths[PARAMS]),
+        fit(&text(buffers), widths[BUFFERS]),
         fit(
-            &crate::flops_table::printable(&if layer.lazy {
-                format!("{} (lazy)", layer.type_name)
-            } else {
-                layer.type_name.clone()
-            }),
-            widths[1],
-        ),
-        // A submodule inside TorchScript: listed, its calls (and shapes) not seen.
-        fit(
-            &wrap_string(
-                &layer.output.as_ref().map_or_else(|| "?".into(), shape_text),
-                widths[2].unwrap_or(free),
-                Wrap::End,
-            ),
-            widths[2],
-        ),
-        fit(&param_text(elements, params.effective), widths[3]),
-        fit(&counts.buffers.map_or_else(|| ">= 2^64".to_string(), thousands), widths[BUFFERS]),
-        fit(
-            if owned == Some(0) {
+            if parameters == Some(0) {
                 "-"
-            } else if counts.trainable == Some(0) {
+            } else if trainable == Some(0) {
                 "False"
-            } else if layout == Layout::Detailed && counts.trainable.is_some() && counts.trainable != owned {
+            } else if trainable.is_some() && trainable != parameters {
                 "Partly"
             } else {
                 "True"
             },
             widths[5],
         ),
-        fit(&flops_cell(layer.metrics.operator_flops.as_ref()), widths[FLOPS]),
-        fit(&rf(&layer.metrics.receptive_field), widths[RF]),
-        fit(&rf(&layer.metrics.effective_stride), widths[RF + 1]),
-        fit(&rf(&layer.metrics.effective_padding), widths[RF + 2]),
+        fit(&flops_cell(node.operator_flops.as_ref()), widths[FLOPS]),
+        fit(&rf(|m| &m.receptive_field), widths[RF]),
+        fit(&rf(|m| &m.effective_stride), widths[RF + 1]),
+        fit(&rf(|m| &m.effective_padding), widths[RF + 2]),
     ]
 }
 
@@ -348,12 +263,9 @@ fn fit_to(widths: &mut [usize; COLUMNS], shown: &[usize], margin: &str, max_widt
     }
 }
 
-/// The columns a table shows, in order.
-fn shown_columns(layout: Layout, receptive_field: bool, effective_rf_stats: bool) -> Vec<usize> {
-    let mut shown = match layout {
-        Layout::Classic => vec![0, 1, 2, 3, 5],
-        Layout::Detailed => vec![0, 1, 2, 3, BUFFERS, 5, FLOPS],
-    };
+/// The columns the table shows, in order.
+fn shown_columns(receptive_field: bool, effective_rf_stats: bool) -> Vec<usize> {
+    let mut shown = vec![0, 1, 2, PARAMS, BUFFERS, 5, FLOPS];
     if receptive_field {
         shown.push(RF);
         if effective_rf_stats {
@@ -363,82 +275,64 @@ fn shown_columns(layout: Layout, receptive_field: bool, effective_rf_stats: bool
     shown
 }
 
-/// The table for `report` (`format_info` in Python) in `layout`; with `max_width` (a
-/// terminal's width) the name, shape and type columns narrow to fit it.
+/// The table for `report` (`format_info` in Python). `wrap` other than None caps each column at
+/// torchscan 0.2's widths, shortening names as it says; with `max_width` (a terminal's width)
+/// the name, shape and type columns narrow to fit it. `max_depth` shows the rows down to that
+/// depth, each still counting what it holds.
 pub fn format_info(
     report: &AnalysisReport,
     wrap: Wrap,
     receptive_field: bool,
     effective_rf_stats: bool,
     max_width: Option<usize>,
-    layout: Layout,
     max_depth: Option<u64>,
 ) -> Result<String> {
-    let counts = match layout {
-        Layout::Classic => report.layers.iter().map(own_counts).collect(),
-        Layout::Detailed => inclusive_counts(&report.layers),
-    };
-    let rows: Vec<(&Layer, Counts)> = report
-        .layers
-        .iter()
-        .zip(counts)
-        .filter(|(layer, _)| max_depth.is_none_or(|depth| layer.depth <= depth))
-        .collect();
-    let shown = shown_columns(layout, receptive_field, effective_rf_stats);
-    // The detailed table without a width to fit (written to a file or a pipe) cuts nothing;
-    // torchscan 0.2's caps every column. It also sets its columns closer, to fit more.
-    let unbounded = layout == Layout::Detailed && max_width.is_none();
-    let (free, margin) = match layout {
-        Layout::Classic => (100, MARGIN),
-        Layout::Detailed => (if unbounded { usize::MAX } else { 100 }, DETAILED_MARGIN),
-    };
-    let wrap = if unbounded { Wrap::None } else { wrap };
+    let tree = Tree::of_report(report);
+    let rows: Vec<&Node> = tree.nodes.iter().filter(|node| max_depth.is_none_or(|depth| node.depth <= depth)).collect();
+    let shown = shown_columns(receptive_field, effective_rf_stats);
+    // Without wrapping (and without a width to fit) nothing is cut: a file or a pipe gets every
+    // name whole.
+    let capped = wrap != Wrap::None || max_width.is_some();
+    let wrap = if wrap == Wrap::None && max_width.is_some() { Wrap::Mid } else { wrap };
+    let free = if capped { 100 } else { usize::MAX };
     let mut widths: [usize; COLUMNS] = HEADERS.map(chars);
-    for &(layer, counts) in &rows {
-        for (w, cell) in widths.iter_mut().zip(cells(layer, counts, &[None; COLUMNS], free, wrap, layout)) {
+    for node in &rows {
+        for (w, cell) in widths.iter_mut().zip(cells(node, &[None; COLUMNS], free, wrap)) {
             *w = (*w).max(chars(&cell));
         }
     }
-    if !unbounded {
+    if capped {
         for (w, max) in widths.iter_mut().zip(MAX_WIDTHS) {
             *w = (*w).min(max);
         }
     }
     if let Some(max_width) = max_width {
-        fit_to(&mut widths, &shown, margin, max_width);
+        fit_to(&mut widths, &shown, MARGIN, max_width);
     }
-    let length = row_length(&widths, &shown, margin);
-    let (thin, thick) = ("_".repeat(length), "=".repeat(length));
+    let length = row_length(&widths, &shown, MARGIN);
+    let (thin, thick, dashes) = ("_".repeat(length), "=".repeat(length), "-".repeat(length));
     let fixed: [Option<usize>; COLUMNS] = widths.map(Some);
-    // The detailed table right-aligns its counts, as numbers are read.
-    let right = |column: usize| layout == Layout::Detailed && [3, BUFFERS, FLOPS].contains(&column);
-    let header = shown.iter().map(|&c| {
-        let w = widths[c];
-        if right(c) {
-            format!("{:>w$}", HEADERS[c])
+    let aligned = |column: usize, cell: &str| {
+        let w = widths[column];
+        if NUMERIC.contains(&column) {
+            format!("{:>w$}", cell.trim_end())
         } else {
-            format!("{:<w$}", HEADERS[c])
+            format!("{cell:<w$}")
         }
-    });
-    let mut lines = vec![thin.clone(), header.collect::<Vec<_>>().join(margin), thick.clone()];
-    for &(layer, counts) in &rows {
-        let row = cells(layer, counts, &fixed, free, wrap, layout);
-        let row = shown.iter().map(|&c| {
-            let w = widths[c];
-            if right(c) {
-                format!("{:>w$}", row[c].trim_end())
-            } else {
-                row[c].clone()
-            }
-        });
-        let row = row.collect::<Vec<_>>().join(margin);
-        // The classic rows keep torchscan 0.2's trailing padding.
-        lines.push(if layout == Layout::Classic { row } else { row.trim_end().to_string() });
+    };
+    let header = shown.iter().map(|&c| aligned(c, HEADERS[c])).collect::<Vec<_>>().join(MARGIN);
+    let mut lines = vec![thin.clone(), header.trim_end().to_string(), thick.clone()];
+    for node in &rows {
+        let row = cells(node, &fixed, free, wrap);
+        let row = shown.iter().map(|&c| aligned(c, &row[c])).collect::<Vec<_>>().join(MARGIN);
+        lines.push(row.trim_end().to_string());
     }
     lines.push(thick);
-    match layout {
-        Layout::Classic => classic_footer(report, length, &mut lines),
-        Layout::Detailed => detailed_footer(report, &mut lines),
+    footer(report, &dashes, &mut lines);
+    if rows.iter().any(|node| node.layer.is_none()) {
+        lines.push(
+            "A row of type '-' is a container never called itself (a ModuleList): it holds the rows under it.".into(),
+        );
     }
     lines.push(thin);
     Ok(lines.join("\n"))
@@ -448,84 +342,52 @@ fn pruned(report: &AnalysisReport) -> bool {
     report.layers.iter().any(|layer| layer.parameters.effective.is_some() || layer.metrics.effective_macs.is_some())
 }
 
-/// torchscan 0.2's lines under the table (the size in MiB, which 0.2 spelled "Mb").
-fn classic_footer(report: &AnalysisReport, length: usize, lines: &mut Vec<String>) {
-    let totals = &report.totals;
-    let dots = "-".repeat(length);
-    lines.push(format!("Trainable params: {}", count_text(&totals.trainable_parameters)));
-    lines.push(format!("Non-trainable params: {}", count_text(&totals.frozen_parameters)));
-    lines.push(format!("Total params: {}", count_text(&totals.parameters)));
-    let pruned = pruned(report);
-    if let Some(effective) = totals.effective_parameters.as_ref().filter(|_| pruned) {
-        lines.push(format!("Unmasked params (pruning masks applied): {}", count_text(effective)));
-    }
-    lines.push(dots.clone());
-    match count(&totals.parameter_bytes).zip(count(&totals.buffer_bytes)) {
-        Some((parameters, buffers)) => {
-            let size = (parameters as f64 + buffers as f64) / 1024f64.powi(2);
-            lines.push(format!("Model size (params + buffers): {size:.2} MiB"));
-        }
-        None => lines.push("Model size (params + buffers): unavailable (>= 2^64 bytes)".to_string()),
-    }
-    lines.push(dots);
-    for (label, metric) in [
-        ("Module-formula forward FLOPs", &totals.module_flops),
-        ("Multiply-Accumulations", &totals.macs),
-        ("Direct memory accesses", &totals.dmas),
-        ("Operator forward FLOPs", &totals.operator_flops),
-    ] {
-        lines.push(total_line(label, metric));
-        if let Some(effective) = totals.effective_macs.as_ref().filter(|_| pruned && label.starts_with("Multiply")) {
-            lines.push(total_line("Unmasked Multiply-Accumulations (pruning masks applied)", effective));
-        }
-    }
-    if !report.diagnostics.is_empty() {
-        lines.push(format!("Diagnostics: {} (inspect report['diagnostics'])", report.diagnostics.len()));
-    }
-}
-
 /// A byte count in SI megabytes (10^6 bytes).
 fn megabytes(bytes: u64) -> String {
     format!("{:.2} MB", bytes as f64 / 1e6)
 }
 
-/// The detailed table's lines: parameters and buffers apart, sizes in MB, and one line per
-/// FLOPs figure saying which method counted it.
-fn detailed_footer(report: &AnalysisReport, lines: &mut Vec<String>) {
+/// The lines under the table: torchscan 0.2's three parameter lines, the buffers and the model
+/// size in MB, then one line per FLOPs figure saying which method counted it.
+fn footer(report: &AnalysisReport, dashes: &str, lines: &mut Vec<String>) {
     let totals = &report.totals;
-    lines.push(format!(
-        "Parameters: {} (trainable {}, frozen {})",
-        count_text(&totals.parameters),
-        count_text(&totals.trainable_parameters),
-        count_text(&totals.frozen_parameters)
-    ));
-    if let Some(effective) = totals.effective_parameters.as_ref().filter(|_| pruned(report)) {
-        lines.push(format!("Parameters the pruning masks keep: {}", count_text(effective)));
+    let pruned = pruned(report);
+    lines.push(format!("Trainable params: {}", count_text(&totals.trainable_parameters)));
+    lines.push(format!("Non-trainable params: {}", count_text(&totals.frozen_parameters)));
+    lines.push(format!("Total params: {}", count_text(&totals.parameters)));
+    if let Some(effective) = totals.effective_parameters.as_ref().filter(|_| pruned) {
+        lines.push(format!("Unmasked params (pruning masks applied): {}", count_text(effective)));
     }
+    lines.push(dashes.to_string());
     lines.push(format!("Buffers: {} elements", count_text(&totals.buffer_elements)));
     match count(&totals.parameter_bytes).zip(count(&totals.buffer_bytes)) {
         Some((parameters, buffers)) => lines.push(format!(
-            "Size: {} (parameters {}, buffers {}; 1 MB = 10^6 bytes)",
+            "Model size (params + buffers): {} (parameters {}, buffers {}; 1 MB = 10^6 bytes)",
             megabytes(parameters.saturating_add(buffers)),
             megabytes(parameters),
             megabytes(buffers)
         )),
-        None => lines.push("Size: unavailable (>= 2^64 bytes)".to_string()),
+        None => lines.push("Model size (params + buffers): unavailable (>= 2^64 bytes)".to_string()),
     }
+    lines.push(dashes.to_string());
     for (label, metric) in [
-        ("Operator FLOPs (the kernels that ran, the FLOPs column)", &totals.operator_flops),
-        ("Module-formula FLOPs (torchscan 0.2's method)", &totals.module_flops),
-        ("Module-formula MACs", &totals.macs),
-        ("Module-formula DMAs", &totals.dmas),
+        ("Operator FLOPs (the kernels that ran, the FLOPs column)", Some(&totals.operator_flops)),
+        ("Module-formula FLOPs (torchscan 0.2's method)", Some(&totals.module_flops)),
+        ("Module-formula MACs", Some(&totals.macs)),
+        ("Unmasked module-formula MACs (pruning masks applied)", totals.effective_macs.as_ref().filter(|_| pruned)),
+        ("Module-formula DMAs", Some(&totals.dmas)),
     ] {
+        let Some(metric) = metric else { continue };
         if metric.method == "not_requested" {
-            continue;
+            lines.push(format!("{label}: not requested (mode=\"structure\")"));
+        } else {
+            lines.push(total_line(label, metric));
         }
-        lines.push(total_line(label, metric));
     }
-    lines.push("A layer's Param #, Buffers and FLOPs include those of the layers inside it.".to_string());
+    lines.push(dashes.to_string());
+    lines.push("A row's Param #, Buffers and FLOPs include those of the rows inside it.".to_string());
     if !report.diagnostics.is_empty() {
-        lines.push(format!("Diagnostics: {} (listed below)", report.diagnostics.len()));
+        lines.push(format!("Diagnostics: {} (report['diagnostics'] lists them)", report.diagnostics.len()));
     }
 }
 
@@ -584,27 +446,31 @@ mod tests {
 
     #[test]
     fn reproduces_the_reference_table() {
-        let table = format_info(&conv_report(), Wrap::Mid, false, false, None, Layout::Classic, None).unwrap();
-        let trimmed: Vec<&str> = table.lines().map(str::trim_end).collect();
+        let table = format_info(&conv_report(), Wrap::Mid, false, false, None, None).unwrap();
+        let dashes = "-".repeat(66);
         assert_eq!(
-            trimmed,
+            table.lines().collect::<Vec<_>>(),
             vec![
-                "__________________________________________________________",
-                "Layer     Type      Output Shape      Param #    Trainable",
-                "==========================================================",
-                "conv2d    Conv2d    (1, 8, 30, 30)    224        True",
-                "==========================================================",
+                "_".repeat(66).as_str(),
+                "Layer   Type    Output Shape    Param #  Buffers  Trainable  FLOPs",
+                "=".repeat(66).as_str(),
+                // The root is named by its type, as by_module labels it; no FLOPs counted per call.
+                "Conv2d  Conv2d  (1, 8, 30, 30)      224        0  True           -",
+                "=".repeat(66).as_str(),
                 "Trainable params: 224",
                 "Non-trainable params: 0",
                 "Total params: 224",
-                "----------------------------------------------------------",
-                "Model size (params + buffers): 0.00 MiB",
-                "----------------------------------------------------------",
-                "Module-formula forward FLOPs: 388.80 kFLOPs",
-                "Multiply-Accumulations: 194.40 kMACs",
-                "Direct memory accesses: 201.82 kDMAs",
-                "Operator forward FLOPs: 388.80 kFLOPs",
-                "__________________________________________________________",
+                &dashes,
+                "Buffers: 0 elements",
+                "Model size (params + buffers): 0.00 MB (parameters 0.00 MB, buffers 0.00 MB; 1 MB = 10^6 bytes)",
+                &dashes,
+                "Operator FLOPs (the kernels that ran, the FLOPs column): 388.80 kFLOPs",
+                "Module-formula FLOPs (torchscan 0.2's method): 388.80 kFLOPs",
+                "Module-formula MACs: 194.40 kMACs",
+                "Module-formula DMAs: 201.82 kDMAs",
+                &dashes,
+                "A row's Param #, Buffers and FLOPs include those of the rows inside it.",
+                "_".repeat(66).as_str(),
             ]
         );
     }
@@ -616,14 +482,16 @@ mod tests {
             json!({"status": "partial", "value": null, "known_value": 0, "unit": "MACs", "scope": "s", "method": "m"});
         r["totals"]["dmas"] = json!({"status": "unavailable", "value": null, "known_value": null, "unit": "DMAs",
             "scope": "s", "method": "m"});
+        r["totals"]["module_flops"]["method"] = json!("not_requested");
         r["diagnostics"] = json!([{"code": "x", "severity": "warning", "metric": "macs", "message": "m"}]);
         let r = report(r);
-        let table = format_info(&r, Wrap::Mid, true, false, None, Layout::Classic, None).unwrap();
-        assert!(table.contains("Multiply-Accumulations: known 0.00 MACs"));
-        assert!(table.contains("Direct memory accesses: unavailable"));
-        assert!(table.contains("Diagnostics: 1 (inspect report['diagnostics'])"));
-        assert!(table.lines().nth(1).unwrap().contains("Receptive field"));
-        assert!(table.lines().nth(3).unwrap().trim_end().ends_with('3'));
+        let table = format_info(&r, Wrap::Mid, true, false, None, None).unwrap();
+        assert!(table.contains("\nModule-formula MACs: known 0.00 MACs\n"), "{table}");
+        assert!(table.contains("\nModule-formula DMAs: unavailable\n"), "{table}");
+        assert!(table.contains("\nModule-formula FLOPs (torchscan 0.2's method): not requested (mode=\"structure\")\n"));
+        assert!(table.contains("Diagnostics: 1 (report['diagnostics'] lists them)"));
+        assert!(table.lines().nth(1).unwrap().ends_with("FLOPs  Receptive field"));
+        assert!(table.lines().nth(3).unwrap().ends_with("-  3"), "{table}");
     }
 
     #[test]
@@ -648,17 +516,17 @@ mod tests {
     #[test]
     fn max_width_narrows_the_name_shape_and_type_columns() {
         let r = conv_report();
-        let wide = format_info(&r, Wrap::Mid, false, false, None, Layout::Classic, None).unwrap();
+        let wide = format_info(&r, Wrap::Mid, false, false, None, None).unwrap();
         let full = wide.lines().next().unwrap().chars().count();
         // Never below the minimum widths: an impossible width gives the narrowest table.
-        let tiny = format_info(&r, Wrap::Mid, false, false, Some(10), Layout::Classic, None).unwrap();
+        let tiny = format_info(&r, Wrap::Mid, false, false, Some(10), None).unwrap();
         let floor = tiny.lines().next().unwrap().chars().count();
         assert!(floor > 10 && floor < full, "{floor} {full}");
         let target = full - 1;
-        let narrow = format_info(&r, Wrap::Mid, false, false, Some(target), Layout::Classic, None).unwrap();
+        let narrow = format_info(&r, Wrap::Mid, false, false, Some(target), None).unwrap();
         assert_eq!(narrow.lines().next().unwrap().chars().count(), target);
         assert!(narrow.lines().take(4).all(|l| l.chars().count() <= target), "{narrow}");
-        assert_eq!(format_info(&r, Wrap::Mid, false, false, Some(1000), Layout::Classic, None).unwrap(), wide);
+        assert_eq!(format_info(&r, Wrap::Mid, false, false, Some(1000), None).unwrap(), wide);
     }
 
     /// A root holding a trainable Linear (10 parameters, 100 FLOPs) and a frozen BatchNorm (4
@@ -685,43 +553,69 @@ mod tests {
     }
 
     #[test]
-    fn the_detailed_layout_splits_buffers_adds_flops_and_counts_what_a_layer_holds() {
+    fn columns_count_what_a_row_holds() {
         let r = nested_report();
-        let table = format_info(&r, Wrap::Mid, false, false, None, Layout::Detailed, None).unwrap();
+        let table = format_info(&r, Wrap::Mid, false, false, None, None).unwrap();
         let rows: Vec<&str> = table.lines().collect();
         assert_eq!(rows[1], "Layer         Type         Output Shape  Param #  Buffers  Trainable  FLOPs");
         // The root holds 10 + 4 parameters (10 trainable: partly), 9 buffer elements.
-        assert_eq!(rows[3], "net           Net          (1, 3)             14        9  Partly       150");
+        assert_eq!(rows[3], "Net           Net          (1, 3)             14        9  Partly       150");
         assert_eq!(rows[4], "├─fc          Linear       (1, 3)             10        0  True         100");
         // The escape byte is shown escaped; a partial count is a lower bound.
         assert_eq!(rows[5], "├─\\x1b[31mbn  BatchNorm1d  (1, 3)              4        9  False      >= 50");
-        assert!(table.contains("Size: 0.00 MB (parameters 0.00 MB, buffers 0.00 MB; 1 MB = 10^6 bytes)"), "{table}");
-        assert!(table.contains("Operator FLOPs (the kernels that ran, the FLOPs column): 388.80 kFLOPs"), "{table}");
-        assert!(table.contains("Module-formula FLOPs (torchscan 0.2's method): 388.80 kFLOPs"));
         // Down to depth 0: the root alone, still counting what it holds.
-        let root = format_info(&r, Wrap::Mid, false, false, None, Layout::Detailed, Some(0)).unwrap();
-        assert!(root.lines().nth(3).unwrap().starts_with("net"), "{root}");
+        let root = format_info(&r, Wrap::Mid, false, false, None, Some(0)).unwrap();
+        assert!(root.lines().nth(3).unwrap().starts_with("Net "), "{root}");
         assert!(root.lines().nth(3).unwrap().contains("14"), "{root}");
         assert!(root.lines().nth(4).unwrap().starts_with('='), "{root}");
-        // The classic layout keeps torchscan 0.2's Param # (own parameters and buffers).
-        let classic = format_info(&r, Wrap::Mid, false, false, None, Layout::Classic, None).unwrap();
-        assert!(classic.lines().nth(3).unwrap().starts_with("net    "), "{classic}");
-        assert!(classic.lines().nth(5).unwrap().contains("13"), "{classic}");
-        assert!(Layout::parse("wide").is_err());
     }
 
     #[test]
-    fn the_detailed_layout_cuts_nothing_without_a_width() {
+    fn an_uncalled_container_is_a_row_that_holds_its_calls() {
+        // GPT-2's shape: `h` (a ModuleList) is never called, its block `h.0` is, after `drop`.
+        let mut r = conv_json();
+        let layer = |path: &str, depth: u64, kind: &str, params: u64, flops: u64| {
+            json!({"path": path, "call_index": 0, "name": path, "depth": depth, "type": kind,
+                   "input": {"args": [], "kwargs": {}}, "output": tensor(json!([1, 4])),
+                   "parameters": {"trainable": params, "frozen": 0, "bytes": 4 * params, "shared": false},
+                   "buffers": {"elements": 0, "bytes": 0, "shared": false},
+                   "metrics": {"calls": metric(1, "calls"), "operator_flops": metric(flops, "FLOPs")}})
+        };
+        r["layers"] = json!([
+            layer("", 0, "GPT", 0, 30),
+            layer("drop", 1, "Dropout", 0, 0),
+            layer("h.0", 2, "Block", 0, 20),
+            layer("h.0.fc", 3, "Linear", 20, 20),
+            layer("h.1", 2, "Block", 6, 10),
+        ]);
+        let table = format_info(&report(r), Wrap::None, false, false, None, None).unwrap();
+        let rows: Vec<&str> = table.lines().skip(3).take(5).collect();
+        assert_eq!(
+            rows,
+            vec![
+                "GPT             GPT      (1, 4)             26        0  True          30",
+                "├─drop          Dropout  (1, 4)              0        0  -              0",
+                // 20 + 6 parameters and 20 + 10 FLOPs, of the blocks it holds.
+                "├─h             -        -                  26        0  True          30",
+                "|    └─0        Block    (1, 4)             20        0  True          20",
+                "|    |    └─fc  Linear   (1, 4)             20        0  True          20",
+            ]
+        );
+        assert!(table.contains("\nA row of type '-' is a container never called itself"), "{table}");
+    }
+
+    #[test]
+    fn nothing_is_cut_without_wrapping_or_a_width() {
         let mut r = nested_report();
         let long = "a".repeat(150);
-        r.layers[1].name = long.clone();
-        let whole = format_info(&r, Wrap::Mid, false, false, None, Layout::Detailed, None).unwrap();
+        r.layers[1].path = long.clone();
+        let whole = format_info(&r, Wrap::None, false, false, None, None).unwrap();
         assert!(whole.contains(&format!("├─{long}  Linear")), "{whole}");
-        let fitted = format_info(&r, Wrap::Mid, false, false, Some(80), Layout::Detailed, None).unwrap();
+        let fitted = format_info(&r, Wrap::Mid, false, false, Some(80), None).unwrap();
         assert!(fitted.lines().take(6).all(|line| line.chars().count() <= 80), "{fitted}");
         assert!(fitted.contains("[...]"), "{fitted}");
-        // torchscan 0.2's table caps its columns whatever the width.
-        let classic = format_info(&r, Wrap::Mid, false, false, None, Layout::Classic, None).unwrap();
-        assert!(!classic.contains(&long), "{classic}");
+        // Wrapping (summary's default) caps the columns at torchscan 0.2's widths.
+        let capped = format_info(&r, Wrap::Mid, false, false, None, None).unwrap();
+        assert!(!capped.contains(&long), "{capped}");
     }
 }

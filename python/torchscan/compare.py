@@ -147,15 +147,18 @@ def compare_reports(before: Any, after: Any) -> ReportDiff:
     carry the metrics of the unmatched calls, ``changed`` only the metrics that differ. A
     ``delta`` is a number only when both sides are complete; otherwise the worse status wins
     (a metric missing on one side is ``unavailable``). A metric measured differently by the two
-    reports (another unit, scope or method: a report of torchscan 0.2 against one of this
-    version) is ``unavailable`` in the diff, with a ``reason`` saying why.
+    reports (another unit, scope or method: the operator FLOPs of a torchscan 0.2 report against
+    one of this version) is torchscan 0.2's ``ValueError`` ("incompatible method for metric
+    'operator_flops' of the totals: ...") when both sides have a number; when one side has
+    none, it is ``unavailable`` in the diff, with a ``reason`` saying why.
 
     The schema versions are checked first: reports of different versions are not read further.
 
     Raises:
         TypeError: a report (or one of its fields) has the wrong type; the message names it.
-        ValueError: an invalid metric, a duplicated layer call, different or unknown schema
-            versions, or a FlopReport given for an AnalysisReport.
+        ValueError: an invalid metric, a metric measured differently on the two sides
+            (``incompatible unit|scope|method ...``), a duplicated layer call, different or
+            unknown schema versions, or a FlopReport given for an AnalysisReport.
     """
     reports = _report(before, "before"), _report(after, "after")
     versions = _version(reports[0], "before"), _version(reports[1], "after")

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ._diagnostics import group_diagnostics
+from .utils import _module_tree
 
 __all__ = ["format_html"]
 
@@ -81,60 +82,50 @@ def _shown(metric: Mapping[str, Any] | None) -> tuple[str, int | float | None]:
     return "unavailable", None
 
 
-def _flops(layer: Mapping[str, Any]) -> tuple[int, str]:
-    metric = layer["metrics"].get("operator_flops")
+def _flops(row: Mapping[str, Any]) -> tuple[int, str]:
+    """A tree row's operator FLOPs (the number it stands for) and status."""
+    metric = row.get("operator_flops")
     if metric is None:
         return 0, "unavailable"
     value = metric.get("value") if metric.get("status") == "complete" else metric.get("known_value")
     return int(value or 0), str(metric.get("status", "unavailable"))
 
 
-def _children(layers: Sequence[Mapping[str, Any]]) -> list[list[int]]:
-    """Each layer call's direct sub-calls (the following calls one level deeper, until the
-    call's subtree ends), and the roots under index -1 (the last entry)."""
-    children: list[list[int]] = [[] for _ in range(len(layers) + 1)]
-    stack: list[int] = []
-    for index, layer in enumerate(layers):
-        while stack and layers[stack[-1]]["depth"] >= layer["depth"]:
-            stack.pop()
-        children[stack[-1] if stack else -1].append(index)
-        stack.append(index)
-    return children
-
-
 def _icicle(report: Mapping[str, Any]) -> tuple[str, int]:
-    """The module tree as an SVG icicle; and its depth (rows)."""
-    layers = report["layers"]
-    total = max(sum(_flops(layers[i])[0] for i in _children(layers)[-1]), 1)
-    children = _children(layers)
+    """The module tree (the one every table is drawn from: containers never called included,
+    calls in call order) as an SVG icicle; and its depth (rows)."""
+    rows = _module_tree(report)
+    children: list[list[int]] = [[] for _ in range(len(rows) + 1)]
+    for index, row in enumerate(rows):
+        children[-1 if row["parent"] is None else row["parent"]].append(index)
+    total = max(sum(_flops(rows[i])[0] for i in children[-1]), 1)
     boxes: list[str] = []
     deepest = 0
 
-    # A box's row is its level among the calls (a container that is never called, such as a
-    # ModuleList, takes no row).
     def place(index: int, x: float, width: float, depth: int) -> None:
         nonlocal deepest
-        layer = layers[index]
-        flops, status = _flops(layer)
+        row = rows[index]
+        flops, status = _flops(row)
         deepest = max(deepest, depth)
-        name = layer["path"] or layer["name"]
+        name = row["path"] or row["name"]
+        kind = row["type"] or "container, not called itself"
         share = f"{100 * flops / total:.1f}%"
-        title = f"{name} ({layer['type']}): {flops:,} FLOPs, {share}, {status}"
+        title = f"{name} ({kind}): {flops:,} FLOPs, {share}, {status}"
         label = ""
         if width >= LABEL_MIN:
-            shown = layer["name"] if depth else name
+            shown = row["name"] if depth else name
             room = max(int(width / 6.5) - 1, 1)
             shown = shown if len(shown) <= room else shown[: max(room - 1, 1)] + "\u2026"
             label = f'<text x="{x + 4:.2f}" y="{depth * ROW + 17:.2f}">{_text(shown)}</text>'
         boxes.append(
             f'<rect class="{_text(status)}" x="{x:.2f}" y="{depth * ROW:.2f}" width="{width:.2f}" '
-            f'height="{ROW - 1:.2f}" data-path="{_text(name)}" data-type="{_text(layer["type"])}" '
+            f'height="{ROW - 1:.2f}" data-path="{_text(name)}" data-type="{_text(kind)}" '
             f'data-value="{flops}" data-share="{share}" data-status="{_text(status)}">'
             f"<title>{_text(title)}</title></rect>{label}"
         )
         offset = x
         for child in children[index]:
-            child_flops = _flops(layers[child])[0]
+            child_flops = _flops(rows[child])[0]
             if flops > 0 and child_flops > 0:
                 child_width = width * child_flops / flops
                 place(child, offset, child_width, depth + 1)
@@ -142,7 +133,7 @@ def _icicle(report: Mapping[str, Any]) -> tuple[str, int]:
 
     offset = 0.0
     for root in children[-1]:
-        root_flops = _flops(layers[root])[0]
+        root_flops = _flops(rows[root])[0]
         if root_flops > 0:
             place(root, offset, WIDTH * root_flops / total, 0)
             offset += WIDTH * root_flops / total
@@ -200,14 +191,15 @@ def _diagnostics(report: Mapping[str, Any]) -> str:
 
 
 def _top_layers(report: Mapping[str, Any]) -> str:
-    layers = report["layers"]
-    children = _children(layers)
-    leaves = [i for i in range(len(layers)) if not children[i]]
-    ranked = sorted(leaves, key=lambda i: (-_flops(layers[i])[0], i))[:TOP_LAYERS]
+    """The costliest layer calls without sub-calls (the tree's leaves)."""
+    tree = _module_tree(report)
+    parents = {row["parent"] for row in tree}
+    leaves = [row for index, row in enumerate(tree) if index not in parents and row["layer"] is not None]
+    ranked = sorted(leaves, key=lambda row: (-_flops(row)[0], row["layer"]))[:TOP_LAYERS]
     rows = []
-    for index in ranked:
-        layer = layers[index]
-        flops, status = _flops(layer)
+    for row in ranked:
+        layer = report["layers"][row["layer"]]
+        flops, status = _flops(row)
         params = layer["parameters"]
         owned = (params.get("trainable") or 0) + (params.get("frozen") or 0)
         rows.append(

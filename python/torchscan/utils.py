@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ._native import ops
 from .report import AnalysisReport, FlopReport
 
-__all__ = ["aggregate_info", "format_flops", "format_html", "format_info"]
+__all__ = ["aggregate_info", "call_order", "format_flops", "format_html", "format_info"]
 
 
 def format_info(
@@ -21,20 +21,27 @@ def format_info(
     effective_rf_stats: bool = False,
     *,
     max_width: int | None = None,
-    layout: Literal["classic", "detailed"] = "classic",
     max_depth: int | None = None,
 ) -> str:
-    """The table `summary` prints for ``report`` (rendered by the native core). ``max_width``
-    (a terminal's width, say) narrows the Layer, Output Shape and Type columns to fit it.
+    """The table `summary` prints for ``report``, the one the ``torchscan`` command prints too
+    (rendered by the native core).
 
-    ``layout="classic"`` is torchscan 0.2's table (Param # counts parameters and buffers);
-    ``"detailed"`` (the ``torchscan`` command's) puts parameters and buffers in columns of their
-    own, adds each call's operator FLOPs (exact; ``>= N`` partial, ``?`` unavailable), and ends
-    with totals that name the method of each FLOPs figure, sizes in MB (10^6 bytes); a layer's
-    counts there include those of the layers inside it, also when ``max_depth`` (layers down to
-    that depth; a depth beyond the model's shows every layer) hides them."""
+    Rows are the module tree: each module call in call order under the module above it in its
+    path, and a container that is never called itself (a ``ModuleList``) a row of its own (type
+    ``-``). Columns Layer / Type / Output Shape / Param # / Buffers / Trainable / FLOPs (each
+    call's operator FLOPs: exact; ``>= N`` partial, ``?`` unavailable), where a row's Param #,
+    Buffers and FLOPs include those of the rows inside it; ``receptive_field`` adds the receptive
+    field, ``effective_rf_stats`` the effective stride and padding. The root row is named by its
+    type, as ``operator_flops.by_module`` labels it. Under it, torchscan 0.2's lines
+    ``Trainable params: N``, ``Non-trainable params: N``, ``Total params: N``, the model size in
+    MB (10^6 bytes), and one line per FLOPs, MACs and DMAs total naming its method.
+
+    ``wrap_mode`` ``"mid"`` or ``"end"`` caps each column at torchscan 0.2's widths and shortens
+    longer names there; ``None`` cuts nothing. ``max_width`` (a terminal's width, say) narrows the
+    Layer, Output Shape and Type columns to fit it. ``max_depth`` shows the rows down to that
+    depth, each still counting what it holds (``aggregate_info``'s view has lost the rows below,
+    so its rows count only what is left)."""
     table_request(wrap_mode, receptive_field, effective_rf_stats, None, max_width)
-    _check_choice("layout", layout, ("classic", "detailed"))
     if max_depth is not None:
         _check_depth(max_depth)
     _layers(report, "format_info")
@@ -47,10 +54,34 @@ def format_info(
         bool(receptive_field),
         bool(effective_rf_stats),
         max_width or 0,
-        layout,
         -1 if max_depth is None else max_depth,
     )
     return table
+
+
+def _module_tree(report: AnalysisReport | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The module tree every table is drawn from (``src/module_tree.rs``), in table order: per
+    row ``path``, ``name``, ``depth``, ``layer`` (the call's index in ``report["layers"]``; None
+    for a container never called itself), ``parent`` (a row index; None for a root), ``type``
+    (None for such a container), the ``parameters``, ``trainable`` and ``buffers`` elements it
+    holds, and its ``operator_flops`` metric (a container's: its children's summed)."""
+    rows: list[dict[str, Any]] = json.loads(ops.module_tree(_report_json(report, "an AnalysisReport")))
+    return rows
+
+
+def call_order(report: AnalysisReport | Mapping[str, Any]) -> list[str]:
+    """The module labels of ``report``'s layer calls (``operator_flops.by_module``'s keys: the
+    root's type, then the dotted path), in call order: ``format_flops``'s ``call_order``."""
+    layers = _layers(report, "call_order")
+    root = next((layer.get("type") for layer in layers if isinstance(layer, Mapping) and layer.get("path") == ""), None)
+    if not isinstance(root, str):
+        return []
+    labels: list[str] = []
+    for layer in layers:
+        path = layer.get("path") if isinstance(layer, Mapping) else None
+        if isinstance(path, str):
+            labels.append(f"{root}.{path}" if path else root)
+    return labels
 
 
 def format_html(report: AnalysisReport | dict[str, Any], title: str | None = None) -> str:
@@ -74,6 +105,7 @@ def format_flops(
     *,
     max_depth: int | None = None,
     max_width: int | None = None,
+    call_order: Sequence[str] | None = None,
 ) -> str:
     """A FlopReport (what ``measure_flops``, ``count_flops``'s ``counter.report()`` and
     ``crawl_module``'s ``operator_flops`` give) as a text table, rendered by the native core::
@@ -88,7 +120,11 @@ def format_flops(
     line is the total and its status ("at least N" for a partial one: shares are then of its
     counted part); the last lines the phases and, for an incomplete count, where to read why.
     ``max_depth`` limits the module tree (0: the root modules alone); ``max_width`` (a terminal's
-    width) shortens module and operator names so that the table fits it. Control characters in
+    width) shortens module and operator names so that the table fits it. A module above labelled
+    ones that no call labelled (a ``ModuleList``, whose forward is its owner's loop) has a row
+    of its own, its children's FLOPs summed. ``call_order``: module labels in call order
+    (``torchscan.utils.call_order(analysis_report)`` for ``crawl_module``'s ``operator_flops``):
+    siblings follow it; without it they are in tree order (indices as numbers). Control characters in
     names are written as escapes, never sent to the terminal raw.
 
     Raises:
@@ -106,8 +142,13 @@ def format_flops(
         raise ValueError(
             "format_flops takes a FlopReport; for crawl_module's AnalysisReport pass report['operator_flops']"
         )
+    order = ""
+    if call_order is not None:
+        if isinstance(call_order, (str, bytes)) or not all(isinstance(label, str) for label in call_order):
+            raise TypeError("call_order must be a sequence of module labels (strings)")
+        order = json.dumps(list(call_order))
     text = _report_json(report, "a FlopReport")
-    table: str = ops.format_flops(text, by, -1 if max_depth is None else max_depth, max_width or 0)
+    table: str = ops.format_flops(text, by, -1 if max_depth is None else max_depth, max_width or 0, order)
     return table
 
 

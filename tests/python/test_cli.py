@@ -71,7 +71,8 @@ def test_default_model_prints_its_table_and_totals(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     rows = table_rows(result.stdout)
-    assert rows[0].split()[:3] == ["examplenet", "ExampleNet", "(1,"]
+    # The root is named by its type, as operator_flops.by_module labels it.
+    assert rows[0].split()[:3] == ["ExampleNet", "ExampleNet", "(1,"]
     # Every module call: the root, features and its 8 layers, classifier and its 2.
     assert len(rows) == 13
     assert sum(" Conv2d " in row for row in rows) == 2
@@ -80,9 +81,11 @@ def test_default_model_prints_its_table_and_totals(tmp_path):
     assert totals["parameters"] == ("5,466", "elements", "complete")
     assert totals["operator_flops"][2] == "complete"
     assert set(totals) >= {"module_flops", "macs", "dmas", "buffer_bytes"}
-    assert "Parameters: 5,466 (trainable 5,466, frozen 0)" in result.stdout
+    # torchscan 0.2's three lines end the table, as summary's.
+    assert "\nTrainable params: 5,466\nNon-trainable params: 0\nTotal params: 5,466\n" in result.stdout
     # Sizes in SI megabytes, said so: 21,864 parameter bytes and 400 buffer bytes.
-    assert "Size: 0.02 MB (parameters 0.02 MB, buffers 0.00 MB; 1 MB = 10^6 bytes)" in result.stdout
+    size = "Model size (params + buffers): 0.02 MB (parameters 0.02 MB, buffers 0.00 MB; 1 MB = 10^6 bytes)"
+    assert size in result.stdout
     # BatchNorm2d(16): 32 parameters and 33 buffer elements (running mean and variance, the
     # batch counter), in columns of their own; its FLOPs: 2 per element of 16x32x32.
     bn = re.split(r"\s{2,}", next(row for row in rows if " BatchNorm2d " in row).strip())
@@ -102,7 +105,7 @@ def test_torchvision_model_with_max_depth(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = table_rows(result.stdout)
     names = [row.split()[0] for row in rows]
-    assert names == ["resnet", "├─conv1", "├─bn1", "├─relu", "├─maxpool", *(f"├─layer{i}" for i in range(1, 5)),
+    assert names == ["ResNet", "├─conv1", "├─bn1", "├─relu", "├─maxpool", *(f"├─layer{i}" for i in range(1, 5)),
                      "├─avgpool", "├─fc"]  # fmt: skip
     expected = torchscan.crawl_module(torchvision.models.resnet18(), (3, 32, 32))["totals"]
     totals = totals_section(result.stdout)

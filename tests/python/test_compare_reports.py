@@ -131,34 +131,73 @@ def test_reports_of_torchscan_0_2_are_accepted():
     diff = compare_reports(upstream_report(388_800), upstream_report(400_000))
     assert diff["totals"]["operator_flops"]["delta"] == 11_200
     assert diff["layers"]["changed"][0]["metrics"]["module_flops"]["delta"] == 11_200
-    # Against one of ours (across the migration), everything comparable is compared: the
-    # module-formula metrics; operator counts by different methods are unavailable, saying why.
+    # Against one of ours (across the migration): operator FLOPs counted by another method
+    # (0.2's FlopCounterMode, this version's native dispatch) cannot be subtracted, and 0.2's
+    # rule refuses the comparison, naming the field and the metric.
     ours = crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))
+    with pytest.raises(ValueError, match=r"^incompatible method for metric 'operator_flops' of the totals: "):
+        compare_reports(upstream_report(388_800), ours)
+    # Leaving that metric out of both compares the rest (the module formulas, measured alike).
     # Conv2d(3, 8, 3) on 32x32: 8 x 30 x 30 outputs, 27 multiply-adds and a bias each.
     assert ours["totals"]["module_flops"]["value"] == 8 * 30 * 30 * (2 * 27 - 1 + 1)
-    diff = compare_reports(upstream_report(388_800), ours)
+    upstream = upstream_report(388_800)
+    del upstream["totals"]["operator_flops"]
+    ours_without = {**ours, "totals": {k: v for k, v in ours["totals"].items() if k != "operator_flops"}}
+    diff = compare_reports(upstream, ours_without)
     assert diff["totals"]["module_flops"]["status"] == "complete"
     assert diff["totals"]["module_flops"]["delta"] == 8 * 30 * 30 * 54 - 388_800
-    operator = diff["totals"]["operator_flops"]
-    assert (operator["status"], operator["delta"]) == ("unavailable", None)
-    assert operator["reason"] == (
-        "measured differently: method 'torch.utils.flop_counter.FlopCounterMode' before, "
-        "'torchscan_native_dispatch' after"
-    )
-    assert operator["before"]["value"] == 388_800
-    assert operator["after"]["value"] == ours["totals"]["operator_flops"]["value"]
     assert "reason" not in diff["totals"]["module_flops"]
 
 
-def test_a_metric_measured_in_another_unit_is_unavailable_with_its_reason():
+def upstream_metric(status="complete", value=0, known_value=None, **metadata):
+    """torchscan 0.2's test helper: a metric with only the metadata it is given."""
+    if status == "complete" and known_value is None:
+        known_value = value
+    return {"status": status, "value": value, "known_value": known_value, **metadata}
+
+
+def upstream_bare(totals=None, layers=None):
+    return {"schema_version": 1, "totals": totals or {}, "layers": layers or []}
+
+
+@pytest.mark.parametrize("field", ["unit", "scope", "method"])
+def test_metrics_measured_differently_are_0_2s_value_error(field):
+    # torchscan 0.2's test_compare_reports_rejects_incompatible_metric_metadata, reproduced:
+    # two numbers measured differently are a ValueError that starts "incompatible <field>".
+    before = upstream_bare(totals={"flops": upstream_metric(**{field: "before"})})
+    after = upstream_bare(totals={"flops": upstream_metric(**{field: "after"})})
+    with pytest.raises(ValueError, match=f"incompatible {field}") as raised:
+        compare_reports(before, after)
+    assert str(raised.value).startswith(f"incompatible {field} for metric 'flops' of the totals: 'before' before, ")
+    # A partial side has a number too (its lower bound): the same error.
+    partial = upstream_bare(totals={"flops": upstream_metric("partial", None, 3, **{field: "after"})})
+    with pytest.raises(ValueError, match=f"incompatible {field}"):
+        compare_reports(before, partial)
+    # In a layer call, the call is named.
+    layer = {"path": "block", "call_index": 0}
+    with pytest.raises(ValueError, match=rf"incompatible {field} for metric 'flops' of layer call \('block', 0\)"):
+        compare_reports(
+            upstream_bare(layers=[{**layer, "metrics": {"flops": upstream_metric(value=1, **{field: "before"})}}]),
+            upstream_bare(layers=[{**layer, "metrics": {"flops": upstream_metric(value=2, **{field: "after"})}}]),
+        )
+
+
+def test_a_side_without_a_number_measured_differently_is_unavailable_with_its_reason():
+    # Nothing to subtract on one side: no error (0.2 raised only where both sides have numbers),
+    # an unavailable difference that says why.
     small, big = reports()
-    other = {**small, "totals": {**small["totals"], "macs": {**small["totals"]["macs"], "unit": "FLOPs"}}}
-    macs = compare_reports(other, big)["totals"]["macs"]
-    assert (macs["status"], macs["delta"], macs["reason"]) == (
+    macs = small["totals"]["macs"]
+    other = {**small, "totals": {**small["totals"], "macs": {**macs, "unit": "FLOPs", "status": "unavailable",
+                                                              "value": None, "known_value": None}}}  # fmt: skip
+    diff = compare_reports(other, big)["totals"]["macs"]
+    assert (diff["status"], diff["delta"], diff["reason"]) == (
         "unavailable",
         None,
         "measured differently: unit 'FLOPs' before, 'MACs' after",
     )
+    # Both with numbers: the error.
+    with pytest.raises(ValueError, match=r"^incompatible unit for metric 'macs' of the totals: 'FLOPs' before, 'MACs'"):
+        compare_reports({**small, "totals": {**small["totals"], "macs": {**macs, "unit": "FLOPs"}}}, big)
 
 
 def test_schema_versions_are_compared_before_anything_else():

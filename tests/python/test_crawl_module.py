@@ -212,12 +212,34 @@ def test_generated_input_dtypes():
 def test_summary_prints_the_table_and_returns_the_report(capsys):
     report = summary(nn.Conv2d(3, 8, 3), (3, 32, 32))
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
-    assert lines[1] == "Layer     Type      Output Shape      Param #    Trainable"
-    assert lines[3] == "conv2d    Conv2d    (1, 8, 30, 30)    224        True"
-    assert "Module-formula forward FLOPs: 388.80 kFLOPs" in lines
+    # The table the torchscan command prints: parameters and buffers apart, each call's operator
+    # FLOPs (2 x 8 x 27 x 30 x 30 = 388,800), the root named by its type (as by_module labels it).
+    assert lines[1] == "Layer   Type    Output Shape    Param #  Buffers  Trainable    FLOPs"
+    assert lines[3] == "Conv2d  Conv2d  (1, 8, 30, 30)      224        0  True       388,800"
+    assert report["operator_flops"]["by_module"] == {"Conv2d": 388_800}
+    # torchscan 0.2's footer lines: 8 x 27 weights and 8 biases, all trainable.
+    assert lines[5:8] == ["Trainable params: 224", "Non-trainable params: 0", "Total params: 224"]
+    assert "Model size (params + buffers): 0.00 MB (parameters 0.00 MB, buffers 0.00 MB; 1 MB = 10^6 bytes)" in lines
+    assert "Module-formula FLOPs (torchscan 0.2's method): 388.80 kFLOPs" in lines
     # PyTorch's convention (2 per multiply-accumulate, no bias) lands on the same number here.
-    assert "Operator forward FLOPs: 388.80 kFLOPs" in lines
+    assert "Operator FLOPs (the kernels that ran, the FLOPs column): 388.80 kFLOPs" in lines
     assert report["totals"] == crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))["totals"]
+
+
+def test_summary_at_a_depth_counts_what_each_row_holds(capsys):
+    # torchscan 0.2's summary(max_depth=...) printed 0 for a container (own parameters only).
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), nn.Linear(3, 2, bias=False))
+    model[1].weight.requires_grad_(False)
+    summary(model, (4,), max_depth=1)
+    lines = capsys.readouterr().out.splitlines()
+    # Linear(4, 3): 12 weights + 3 biases; Linear(3, 2) without bias: 6 frozen weights;
+    # 2 x 12 and 2 x 6 FLOPs, 3 for the ReLU.
+    assert lines[3].split() == ["Sequential", "Sequential", "(1,", "2)", "21", "0", "Partly", "39"]
+    # The ReLU's 3 FLOPs (one per element) in its Sequential's.
+    assert lines[4].split() == ["├─0", "Sequential", "(1,", "3)", "15", "0", "True", "27"]
+    assert lines[5].split() == ["├─1", "Linear", "(1,", "2)", "6", "0", "False", "12"]
+    assert lines[6].startswith("=")
+    assert lines[7:10] == ["Trainable params: 15", "Non-trainable params: 6", "Total params: 21"]
 
 
 @pytest.mark.parametrize(
@@ -230,10 +252,7 @@ def test_summary_draws_what_format_info_draws_of_the_report(options, capsys):
     model = nn.Sequential(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
     report = summary(model, (3, 8, 8), **options)
     printed = capsys.readouterr().out
-    depth = options.get("max_depth")
-    view = aggregate_info(report, depth) if depth is not None else report
-    rf = {k: v for k, v in options.items() if k != "max_depth"}
-    assert printed == format_info(view, **rf) + "\n"
+    assert printed == format_info(report, **options) + "\n"
 
 
 def test_aggregate_info_and_format_info():
@@ -450,7 +469,8 @@ def test_a_scripted_model_lists_its_submodule_tree_with_their_parameters(capsys)
     assert root_flops["value"] == total_flops["value"] and root_flops["status"] == "complete"
     assert {(d["code"], d["path"]) for d in report["diagnostics"]} == {("scripted_module", "")}
     table = capsys.readouterr().out
-    assert "├─0           Linear" in table and "|    └─1      BatchNorm1d    ?" in table
+    assert "├─0         Linear       ?                  16" in table
+    assert "|    └─1    BatchNorm1d  ?                   4        5  True           -" in table
 
 
 # ---- pruning (torch.nn.utils.prune) ----
@@ -506,9 +526,10 @@ def test_a_pruned_lenet_reports_dense_and_unmasked_counts(capsys):
     assert report["totals"]["macs"]["value"] == sum(macs.values())
     assert not report["diagnostics"]
     table = capsys.readouterr().out
-    assert "306 (81 unmasked)" in table  # 156 parameters and the 150-element mask buffer
+    # 156 parameters, 81 kept; the 150-element mask buffer in its column.
+    assert "├─conv1  Conv2d  (1, 6, 24, 24)        156 (81 unmasked)      150  True" in table
     assert "Unmasked params (pruning masks applied): 10,784" in table
-    assert "Unmasked Multiply-Accumulations (pruning masks applied): 204.96 kMACs" in table
+    assert "Unmasked module-formula MACs (pruning masks applied): 204.96 kMACs" in table
     # The model is left as found: its pruning hooks and masks.
     assert {name: dict(m._forward_pre_hooks) for name, m in model.named_modules()} == hooks
     assert all(torch.equal(buffer, masks[name]) for name, buffer in model.named_buffers())

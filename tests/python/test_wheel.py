@@ -151,7 +151,7 @@ def test_the_wheel_installs_and_runs_without_cargo_or_a_compiler(wheel, fresh_ve
     cli = subprocess.run(
         [str(fresh_venv / "bin" / "torchscan")], env=env, capture_output=True, text=True, check=True, cwd=fresh_venv
     )
-    assert "Parameters: 5,466 (trainable 5,466, frozen 0)" in cli.stdout
+    assert "\nTrainable params: 5,466\nNon-trainable params: 0\nTotal params: 5,466\n" in cli.stdout
 
 
 def torchscan_version() -> str:

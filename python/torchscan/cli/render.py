@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from .._diagnostics import group_diagnostics
 from ..process import MemoryStats
 from ..report import AnalysisReport, MetricResult, ReportDiff
-from ..utils import format_flops, format_info
+from ..utils import call_order, format_flops, format_info
 from .training import TrainingStep
 
 __all__ = [
@@ -152,13 +152,16 @@ def summary_text(report: AnalysisReport, max_depth: int | None, receptive_field:
     """The detailed layer table of ``report`` down to ``max_depth``, then its totals. With
     ``width`` (a terminal's, or --width) the name, shape and type columns narrow to fit it;
     "mid" marks a shortened name with "[...]"."""
-    table_text = format_info(report, "mid", receptive_field, max_width=width, layout="detailed", max_depth=max_depth)
+    # Without a width (a file or a pipe) nothing is cut.
+    wrap = "mid" if width is not None else None
+    table_text = format_info(report, wrap, receptive_field, max_width=width, max_depth=max_depth)
     return f"{table_text}\n{totals_text(report)}"
 
 
 def flops_text(report: AnalysisReport, by: str, max_depth: int | None, width: int | None) -> str:
     """--flops-by: the operator FLOPs of the analysed forward (`operator_flops`) as a table."""
-    table = format_flops(report["operator_flops"], by, max_depth=max_depth, max_width=width)  # type: ignore[arg-type]
+    flops = report["operator_flops"]
+    table = format_flops(flops, by, max_depth=max_depth, max_width=width, call_order=call_order(report))  # type: ignore[arg-type]
     return f"Operator FLOPs by {by}:\n{table}"
 
 
