@@ -56,7 +56,7 @@ def main() -> int:
             command = [sys.executable, "-m", "torchscan", *args, "--html", str(page)]
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             shot = [options.chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=1200,900",
+                    "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=1200,1500",
                     f"--screenshot={IMAGES / image}", page.as_uri()]  # fmt: skip
             subprocess.run(shot, check=True, capture_output=True)
             print(f"wrote {(IMAGES / image).relative_to(ROOT)}")

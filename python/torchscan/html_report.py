@@ -187,7 +187,7 @@ def _icicle(report: Mapping[str, Any]) -> tuple[str, int]:
         room = int((width - 6) / CHAR_WIDTH)
         if width >= LABEL_MIN and room >= 1:
             shown = layer["name"] if depth else name
-            with_flops = f"{shown} {human(flops)}"
+            with_flops = f"{shown} ({human(flops)})"
             shown = with_flops if len(with_flops) <= room else shown
             shown = shown if len(shown) <= room else shown[: max(room - 1, 1)] + "\u2026"
             dark = ' class="dark"' if fill and lightness < 60 else ""
@@ -245,11 +245,13 @@ _PHASES = ("forward", "backward", "optimizer")
 
 
 def _memory_row(what: str, stats: Mapping[str, Any]) -> str:
-    delta = int(stats["delta_bytes"])
+    delta, baseline = int(stats["delta_bytes"]), int(stats["baseline_bytes"])
+    before = f"bytes above the {human(baseline, 'B')} held before" if baseline else "bytes the workload held"
     return (
         f'<tr data-memory="{_text(what)}"><td>{_text(what)} on {_text(stats["device"])}</td>'
         f'<td class="num">{_text(human(delta, "B"))}</td><td class="num" data-value="{delta}">{delta:,}</td>'
-        f"<td>bytes above the {_text(human(int(stats['baseline_bytes']), 'B'))} held before</td>"
+        # The CPU keeps no count of what was held before (baseline 0): nothing to say "above".
+        f"<td>{_text(before)}</td>"
         f"<td>{_text(stats['metric'])}</td></tr>"
     )
 

@@ -58,20 +58,26 @@ def test_measure_flops_and_two_steps():
 
 
 def test_adam_by_hand():
-    # Adam (foreach off, one parameter of n = 3 elements, first step, defaults): exp_avg.lerp_
-    # (3 per element: 9), exp_avg_sq.mul_ (3) and addcmul_ (2 per element: 6), the bias
-    # corrections are Python floats, sqrt (3), div_ (3), add_ eps (3), addcdiv_ (3 per
-    # element: 9): 36.
+    # Adam's first step (foreach off, defaults) on one parameter of 3 elements: the step
+    # counter tensor += 1 (1), exp_avg.lerp_ (3 per element: 9), exp_avg_sq.mul_ (3) and
+    # addcmul_ (3 per element: 9), denom = sqrt (3) / bias correction (3) + eps (3), then
+    # param.addcdiv_ (3 per element: 9): 40, none of it forward.
     parameter = nn.Parameter(torch.ones(3))
     optimizer = torch.optim.Adam([parameter], foreach=False)
     parameter.grad = torch.ones(3)
     with torchscan.count_flops() as counter:
         optimizer.step()
     report = counter.report()
-    assert set(report["by_phase"]) == {"forward", "optimizer"}
-    assert report["by_phase"]["forward"]["value"] == 0
-    assert report["by_phase"]["optimizer"]["value"] == report["total"]["value"]
-    assert report["by_phase"]["optimizer"]["status"] == "complete"
+    assert phases(report) == {"forward": ("complete", 0), "optimizer": ("complete", 40)}
+    assert report["by_operator"] == {
+        "aten.add_": 1 + 3,
+        "aten.lerp_": 9,
+        "aten.mul_": 3,
+        "aten.addcmul_": 9,
+        "aten.sqrt": 3,
+        "aten.div": 3,
+        "aten.addcdiv_": 9,
+    }
 
 
 def test_no_step_no_optimizer_phase():
