@@ -4,6 +4,7 @@
 #   make bench  set up, then run the overhead benchmark
 #   make docs   regenerate docs/formulas.md from the formula registry
 #   make schemas  regenerate python/torchscan/schemas/ from the report model (src/report/)
+#   make screenshots  regenerate docs/img/ (the HTML report in headless Chromium)
 #   make sanitize  ASan/UBSan C++ shim and valgrind'd Rust core tests (docs/reliability.md)
 #   make lock   regenerate requirements-dev.lock (pinned, hashed) from requirements-dev.txt
 #   make wheel  a binary wheel for the venv's torch, in dist/ (docs/installing.md)
@@ -15,11 +16,12 @@ PY := $(abspath $(VENV))/bin/python
 # build.rs asks this interpreter where torch is; setup.py passes the same one.
 export TORCHSCAN_PYTHON := $(PY)
 
-.PHONY: setup demo test lint test-rust test-python bench docs schemas sanitize clean wheel test-torch lock
+.PHONY: setup demo test lint test-rust test-python bench docs schemas screenshots sanitize clean wheel test-torch lock
 
 # The development environment from the lock (every distribution at one version, with its hash);
 # `make lock` regenerates the lock after requirements-dev.txt changes.
 $(VENV)/.deps: requirements-dev.lock
+	@echo "make: creating $(VENV) with the pinned development dependencies (torch and the test tools; a few minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --require-hashes -r requirements-dev.lock
@@ -28,10 +30,14 @@ $(VENV)/.deps: requirements-dev.lock
 lock:
 	$(PYTHON) tools/lock_requirements.py
 
+# The package build compiles the Rust core and the C++ shim against the venv's torch: about four
+# minutes the first time, with nothing printed meanwhile (pip -q), hence the line before it.
 setup: $(VENV)/.deps
+	@echo "make: building torchscan's native library (Rust core and C++ shim, cargo build --release) and installing it into $(VENV); the first build takes about 4 minutes"
 	$(PY) -m pip install -q --no-build-isolation --no-deps --force-reinstall .
 
 demo: setup
+	@echo "make demo: the torchscan command on its built-in example network, then examples/demo.py (resnet18)"
 	$(abspath $(VENV))/bin/torchscan
 	$(PY) examples/demo.py
 
@@ -112,6 +118,10 @@ docs:
 # Regenerates the JSON Schemas from the report model (a test fails when they disagree).
 schemas:
 	TORCHSCAN_BLESS=1 cargo test --no-default-features checked_in_schemas
+
+# The HTML report's pictures in docs/img/, taken in headless Chromium (apt-get install chromium).
+screenshots: setup
+	$(PY) tools/screenshots.py
 
 clean:
 	rm -rf $(VENV) build target python/torchscan/_lib *.egg-info

@@ -407,6 +407,8 @@ fn assemble_document(doc: Document, flops: Option<FlopReport>) -> Result<(Analys
         operator_flops,
         totals,
         diagnostics,
+        training: None,
+        memory: None,
     };
     Ok((report, incomplete.into_iter().collect()))
 }

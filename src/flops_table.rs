@@ -315,7 +315,7 @@ pub fn format_flops(
     } else {
         lines.extend(table.render(max_width));
     }
-    let phases: Vec<String> = ["forward", "backward"]
+    let phases: Vec<String> = ["forward", "backward", "optimizer"]
         .iter()
         .filter_map(|phase| report.by_phase.get(*phase).map(|metric| (phase, metric)))
         .map(|(phase, metric)| match counted(metric) {

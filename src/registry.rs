@@ -15,7 +15,10 @@ use crate::slot_lock::{SlotGuard, SlotLock};
 use crate::error::{Error, Result};
 use crate::host_frames;
 use crate::report::FlopReport;
-use crate::session::{Config, CustomResult, Decision, Entered, OpCall, OpEvent, PriceMemos, Receipt, Session};
+use crate::session::{
+    Config, CustomResult, Decision, Entered, OpCall, OpEvent, PriceMemos, Receipt, Session, OPTIMIZER_STEP_BEGIN,
+    OPTIMIZER_STEP_END,
+};
 
 pub const MAX_SESSIONS: usize = 64;
 const SLOT_BITS: u32 = 6;
@@ -221,8 +224,14 @@ pub fn push_scopes(handle: i64, labels: &[&str]) -> Result<()> {
     })
 }
 
+/// Pushes the scope `label`, or marks an optimizer step's start or end (the two reserved labels
+/// of `session::OPTIMIZER_STEP_BEGIN`/`_END`).
 pub fn push_scope(handle: i64, label: &str) -> Result<()> {
-    push_scopes(handle, &[label])
+    match label {
+        OPTIMIZER_STEP_BEGIN => with_open(handle, Session::begin_optimizer_step),
+        OPTIMIZER_STEP_END => with_open(handle, Session::end_optimizer_step),
+        _ => push_scopes(handle, &[label]),
+    }
 }
 
 /// Pops `count` scopes; an underflow pops nothing.

@@ -21,6 +21,7 @@ from torch import nn
 from ._guards import Guard
 from ._labels import start_labels
 from ._native import ops
+from ._optimizer import session_closed, session_opened
 
 __all__ = ["NativeSession", "kept_report"]
 
@@ -38,6 +39,7 @@ class NativeSession:
         self._config = config
         self._label = labels
         self._roots = roots
+        self._marked = 0
         self._session: Guard | None = None
         self._registration: Guard | None = None
         self._closed = False
@@ -50,6 +52,9 @@ class NativeSession:
 
     def start(self) -> None:
         self._session = Guard(_open, _discard, self._config)
+        # Its optimizer steps are marked (the `optimizer` phase) until it stops counting.
+        self._marked = self.handle
+        session_opened(self._marked)
         if not self._label:
             return
         try:
@@ -108,6 +113,9 @@ class NativeSession:
             session.release()
 
     def _remove_labels(self) -> None:
+        marked, self._marked = self._marked, 0
+        if marked:
+            session_closed(marked)
         registration, self._registration = self._registration, None
         if registration is not None:
             registration.release()

@@ -22,6 +22,7 @@ from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 from . import _labels
 from ._guards import Guard, hold, restore_flags
 from ._guards import flags as training_flags
+from ._hints import TOKEN_IDS, batch_hint, looks_like_a_shape_error, looks_like_float_token_ids
 from ._metadata import describe_call, describe_value
 from ._names import escape_name, module_aliases, named_modules
 from ._native import ops
@@ -103,8 +104,29 @@ def _crawl(
     # the analysis, outside its native session (the copies are not the model's operators).
     with hold(_model_lock(module)), Guard(_training_state, _restore_training_state, buffers if training else None):
         tensors = (params, buffers, masked_out)
-        return _analyse(
-            module, mode, named, recorder, call_args, call_kwargs, inputs_meta, tensors, strict, table, training
+        try:
+            return _analyse(
+                module, mode, named, recorder, call_args, call_kwargs, inputs_meta, tensors, strict, table, training
+            )
+        except Exception as error:
+            if not isinstance(error, IncompleteAnalysisError):
+                _hint_inputs(error, source, call_args, call_kwargs)
+            raise
+
+
+def _hint_inputs(error: Exception, source: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The forward rejected its inputs: a note on the error (its type and message unchanged)
+    saying what to change for the common mistakes, in the words the command's hints use."""
+    tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+    floating = any(t.is_floating_point() for t in tensors)
+    if looks_like_float_token_ids(error, floating):
+        fix = "dtype=torch.int64 with input_shape" if source == "generated" else "args=(ids,) with integer (int64) ids"
+        error.add_note("torchscan: " + TOKEN_IDS.format(fix=fix))
+    elif source == "generated" and looks_like_a_shape_error(error):
+        shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+        error.add_note(
+            f"torchscan: the generated inputs were {shapes}; "
+            + batch_hint("input_shape", "crawl_module (a batch of 1)", "(3, 224, 224) rather than (1, 3, 224, 224)")
         )
 
 
@@ -248,7 +270,9 @@ def _inputs(
     shapes: list[tuple[Any, ...]] = [s for s in given if isinstance(s, tuple)]
     if not shapes or len(shapes) != len(given):
         # Type names only: an argument's repr can carry values (a tensor's, an object's).
-        raise TypeError(f"input_shape must be a tuple or a non-empty list of tuples, got {_kind(input_shape)}.")
+        tensor = isinstance(input_shape, torch.Tensor) or any(isinstance(s, torch.Tensor) for s in given)
+        hint = " To analyse a forward on given tensors, pass them as args=(tensor,) (or kwargs=)." if tensor else ""
+        raise TypeError(f"input_shape must be a tuple or a non-empty list of tuples, got {_kind(input_shape)}.{hint}")
     for shape in shapes:
         for dim in shape:
             if not isinstance(dim, int) or isinstance(dim, bool):

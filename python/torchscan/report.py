@@ -159,6 +159,16 @@ class LayerReport(TypedDict):
     metrics: dict[str, MetricResult]
 
 
+class TrainingStepReport(TypedDict):
+    """``torchscan MODEL --train``: one training step, counted (``by_phase``: forward,
+    backward, optimizer); ``memory``: the peak memory of a second step (with ``--memory``)."""
+
+    optimizer: str
+    flops: FlopReport
+    #: torchscan.measure_peak_memory's MemoryStats.
+    memory: NotRequired[dict[str, Any]]
+
+
 class AnalysisReport(TypedDict):
     schema_version: int
     context: dict[str, Any]
@@ -167,6 +177,10 @@ class AnalysisReport(TypedDict):
     operator_flops: FlopReport
     totals: dict[str, MetricResult]
     diagnostics: list[Diagnostic]
+    #: Only in ``torchscan MODEL --train --json`` reports.
+    training: NotRequired[TrainingStepReport]
+    #: Only in ``torchscan MODEL --memory --json`` reports: the forward's MemoryStats.
+    memory: NotRequired[dict[str, Any]]
 
 
 class MetricDiff(TypedDict):

@@ -22,6 +22,56 @@ pub struct AnalysisReport {
     pub operator_flops: FlopReport,
     pub totals: Totals,
     pub diagnostics: Vec<Diagnostic>,
+    /// `torchscan MODEL --train`: one training step of the model, counted (additive: absent
+    /// from crawl_module's reports).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "TrainingStep")]
+    pub training: Option<TrainingStep>,
+    /// `torchscan MODEL --memory`: the peak memory of the analysed forward, run once more
+    /// (additive: absent from crawl_module's reports).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "PeakMemory")]
+    pub memory: Option<PeakMemory>,
+}
+
+/// One training step (`torchscan MODEL --train`): the forward in training mode, a loss, the
+/// backward and one optimizer step, counted in one session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingStep {
+    /// The `torch.optim` optimizer the step took (`adamw`, `adam`, `sgd`), with its defaults.
+    #[schemars(length(min = 1))]
+    pub optimizer: String,
+    /// The step's FlopReport: `by_phase` has `forward`, `backward` and `optimizer`.
+    pub flops: FlopReport,
+    /// With `--memory`: the peak memory of a second, identical step (counted apart).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "PeakMemory")]
+    pub memory: Option<PeakMemory>,
+}
+
+/// torchscan.measure_peak_memory's MemoryStats.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PeakMemory {
+    #[schemars(length(min = 1))]
+    pub device: String,
+    /// `pytorch_tensor_bytes` (CPU), `pytorch_reserved_bytes` (CUDA) or
+    /// `pytorch_driver_allocated_bytes` (MPS).
+    #[schemars(length(min = 1))]
+    pub metric: String,
+    pub baseline_bytes: u64,
+    pub peak_bytes: u64,
+    /// The peak of bytes the workload held above `baseline_bytes`.
+    pub delta_bytes: u64,
+    /// CUDA only: the peak of bytes allocated to tensors.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "u64")]
+    pub allocated_peak_bytes: Option<u64>,
+    /// MPS only: the bytes allocated to tensors when the workload ended.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schemars(with = "u64")]
+    pub allocated_end_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -103,9 +103,10 @@ pub struct FlopReport {
     /// Category -> FLOPs of the counted operators in it (exact sums of `by_operator`).
     #[schemars(schema_with = "by_category")]
     pub by_category: BTreeMap<String, u64>,
-    /// `forward`, and `backward` once a workload runs backward.
+    /// `forward`; `backward` once a workload runs backward; `optimizer` once a `torch.optim` step
+    /// ran (its work, out of `forward`).
     #[schemars(extend(
-        "propertyNames" = {"enum": ["forward", "backward"]},
+        "propertyNames" = {"enum": ["forward", "backward", "optimizer"]},
         "additionalProperties" = {"$ref": "#/$defs/MetricResult", "properties": {"scope": {"const": "phase"}}}
     ))]
     pub by_phase: BTreeMap<String, MetricResult>,

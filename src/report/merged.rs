@@ -86,7 +86,7 @@ pub struct MergedReport {
     pub total: MetricResult,
     /// Per phase, summed over the ranks.
     #[schemars(extend(
-        "propertyNames" = {"enum": ["forward", "backward"]},
+        "propertyNames" = {"enum": ["forward", "backward", "optimizer"]},
         "additionalProperties" = {"$ref": "#/$defs/MetricResult", "properties": {"scope": {"const": "phase"}}}
     ))]
     pub by_phase: BTreeMap<String, MetricResult>,

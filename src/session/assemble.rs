@@ -272,6 +272,9 @@ impl Session {
         if self.backward_seen {
             by_phase.insert("backward".to_string(), phase_metric(&self.phases[1]));
         }
+        if self.optimizer.seen {
+            by_phase.insert("optimizer".to_string(), phase_metric(&self.optimizer.counted));
+        }
         by_phase
     }
 

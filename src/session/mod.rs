@@ -239,11 +239,31 @@ struct Signature {
     outputs: Vec<i64>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Counter {
     flops: u64,
     incomplete: bool,
     overflowed: bool,
+}
+
+/// The labels torchscan's optimizer-step hooks push (`torch.ops.torchscan.push_scope`, Python's
+/// `torch.optim` global step hooks) to mark where an optimizer step starts and ends. They are not
+/// scopes: the session moves the forward-phase work counted between them into its `optimizer`
+/// phase. Marks through the existing operator keep the shim unchanged, and the per-operator path
+/// untouched (the split is two copies of a counter per step). A call label starts with
+/// `CALL_PREFIX` and a digit, so no label of a module or call is one of these.
+pub const OPTIMIZER_STEP_BEGIN: &str = "\u{0}optimizer_step_begin";
+pub const OPTIMIZER_STEP_END: &str = "\u{0}optimizer_step_end";
+
+/// The optimizer steps of a session: what they counted, and the open one's starting point.
+#[derive(Clone, Copy, Debug, Default)]
+struct OptimizerSteps {
+    counted: Counter,
+    seen: bool,
+    /// Steps begun and not ended (an optimizer whose step calls another's: one step).
+    depth: u32,
+    /// The forward phase's counter when the outermost open step began.
+    mark: Counter,
 }
 
 impl Counter {
@@ -293,6 +313,7 @@ pub struct Session {
     memos: PriceMemos,
     total: Counter,
     phases: [Counter; 2],
+    optimizer: OptimizerSteps,
     /// Integer operations of quantized kernels (category `Integer`): not FLOPs, so in no FLOP
     /// total, phase, category or module count.
     integer: Counter,
@@ -332,6 +353,7 @@ impl Session {
             memos: PriceMemos::default(),
             total: Counter::default(),
             phases: [Counter::default(), Counter::default()],
+            optimizer: OptimizerSteps::default(),
             integer: Counter::default(),
             backward_seen: false,
             internal_errors: 0,
@@ -370,6 +392,36 @@ impl Session {
 
     pub fn scopes_mut(&mut self) -> &mut ScopeTree {
         &mut self.scopes
+    }
+
+    /// An optimizer step begins ([`OPTIMIZER_STEP_BEGIN`]).
+    pub fn begin_optimizer_step(&mut self) {
+        let steps = &mut self.optimizer;
+        if steps.depth == 0 {
+            steps.mark = self.phases[Phase::Forward as usize];
+        }
+        steps.depth = steps.depth.saturating_add(1);
+        steps.seen = true;
+    }
+
+    /// An optimizer step ends ([`OPTIMIZER_STEP_END`]): the forward-phase work counted since the
+    /// outermost open step began is the optimizer's (its status with it); the backward of a
+    /// closure the step evaluates (LBFGS) stays backward. An end without a begin changes nothing.
+    pub fn end_optimizer_step(&mut self) {
+        let steps = &mut self.optimizer;
+        if steps.depth == 0 {
+            return;
+        }
+        steps.depth -= 1;
+        if steps.depth > 0 {
+            return;
+        }
+        let forward = &mut self.phases[Phase::Forward as usize];
+        let (now, mark) = (*forward, steps.mark);
+        steps.counted.add(now.flops.saturating_sub(mark.flops));
+        steps.counted.incomplete |= now.incomplete && !mark.incomplete;
+        steps.counted.overflowed |= now.overflowed && !mark.overflowed;
+        *forward = mark;
     }
 
     /// An operator starts. A claimed call is only counted when it returns ([`Self::on_op_end`]).
@@ -1012,6 +1064,33 @@ mod tests {
         run(&mut s, &calls, Phase::Forward);
         assert!(s.cache.len() == 1, "only aten::mm is cached");
         assert_eq!(report(s).total.value, Some(120));
+    }
+
+    #[test]
+    fn an_optimizer_step_is_its_own_phase() {
+        // Forward mm (120), an optimizer step (a nested one inside it: one step) with two mm
+        // (240) and an uncounted kernel, a backward mm inside it (a closure's: stays backward),
+        // then forward again (120).
+        let mut s = Session::new(Config::default());
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        s.end_optimizer_step(); // an end without a begin changes nothing
+        s.begin_optimizer_step();
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        s.begin_optimizer_step();
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![]), op("mylib::fused", true, |_| {}, vec![])], Phase::Forward);
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![])], Phase::Backward);
+        s.end_optimizer_step();
+        s.end_optimizer_step();
+        run(&mut s, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        let r = report(s);
+        assert_eq!(r.by_phase["forward"], MetricResult::complete(240, "phase"));
+        assert_eq!(r.by_phase["backward"], MetricResult::complete(120, "phase"));
+        assert_eq!((r.by_phase["optimizer"].status, r.by_phase["optimizer"].known_value), (Status::Partial, Some(240)));
+        assert_eq!((r.total.status, r.total.known_value), (Status::Partial, Some(600)));
+        // A session without a step reports no optimizer phase.
+        let mut plain = Session::new(Config::default());
+        run(&mut plain, &[op("aten::mm", true, mm_args, vec![])], Phase::Forward);
+        assert!(!report(plain).by_phase.contains_key("optimizer"));
     }
 
     #[test]

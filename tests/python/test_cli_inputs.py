@@ -46,7 +46,9 @@ def bert_config() -> "transformers.BertConfig":
 
 
 def run(*args, cwd, env_extra=None):
-    env = {**os.environ, "PYTHONPATH": str(HERE), "COLUMNS": "100", **(env_extra or {})}
+    # The tests' helpers importable, before a PYTHONPATH that puts a source checkout first.
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "100", **(env_extra or {})}
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd, env=env, check=False)
 
 
@@ -347,3 +349,93 @@ def test_inputs_too_large_to_allocate_are_a_clean_failure(capsys):
     error = capsys.readouterr().err
     assert error.startswith("torchscan: error: cannot generate the inputs (1, 99999999, 99999999): RuntimeError")
     assert "Traceback" not in error
+
+
+# ---- every result of a run in every output (issue 44) ----
+
+
+def test_train_and_memory_reach_the_json_and_the_csv(tmp_path):
+    json_path, csv_path = tmp_path / "r.json", tmp_path / "r.csv"
+    args = ("torch.nn:Linear", "--kw", "in_features=4", "--kw", "out_features=3", "--input", "float32:4",
+            "--batch-size", "2", "--train", "--optimizer", "sgd", "--memory", "--json", str(json_path),
+            "--csv", str(csv_path))  # fmt: skip
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(json_path.read_text())
+    from helpers import schema_validator
+
+    schema_validator("analysis_report").validate(report)
+    # The same hand-computed step as the terminal's (forward 54, backward 54, SGD 15).
+    training = report["training"]
+    assert training["optimizer"] == "sgd"
+    phases = {name: m["value"] for name, m in training["flops"]["by_phase"].items()}
+    assert phases == {"forward": 54, "backward": 54, "optimizer": 15}
+    assert training["flops"]["total"]["value"] == 123
+    # The forward's peak: its 2x3 float32 output, 24 bytes.
+    assert report["memory"]["delta_bytes"] == 24 and report["memory"]["device"] == "cpu"
+    assert training["memory"]["delta_bytes"] > 0
+    rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
+    steps = {row["path"]: row for row in rows if row["type"] == "training_step"}
+    assert {name: row["operator_flops"] for name, row in steps.items()} == {
+        "forward": "54",
+        "backward": "54",
+        "optimizer": "15",
+        "total": "123",
+    }
+    assert all(row["operator_flops_status"] == "complete" for row in steps.values())
+    memory = {row["path"]: row["memory_bytes"] for row in rows if row["type"] == "peak_memory"}
+    assert memory == {"forward": "24", "training_step": str(training["memory"]["delta_bytes"])}
+    # The layer rows come first and carry no memory.
+    assert rows[0]["type"] == "Linear" and rows[0]["memory_bytes"] == ""
+
+
+def test_a_plain_run_writes_neither_training_nor_memory(capsys):
+    report = json_main(capsys, "torch.nn:Linear", "--kw", "in_features=4", "--kw", "out_features=3", "--input",
+                       "float32:4")  # fmt: skip
+    assert "training" not in report and "memory" not in report
+
+
+# ---- a safe first contact (issue 44) ----
+
+
+def test_an_unknown_config_keyword_names_the_close_match(capsys):
+    assert cli.main(["transformers:LlamaConfig", "--kw", "hidden_sizee=64", "--input-shape", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "its config LlamaConfig takes no keyword 'hidden_sizee'; did you mean 'hidden_size'?" in err
+    # A model class is checked against its config too.
+    assert cli.main(["transformers:BertModel", *BERT_KW, "--kw", "num_layers=2", "--input-shape", "8"]) == 2
+    assert "BertConfig takes no keyword 'num_layers'" in capsys.readouterr().err
+
+
+def test_a_model_too_large_for_memory_is_refused_with_its_size(capsys, monkeypatch):
+    from torchscan.cli import models
+
+    # BERT as BERT_KW sizes it, on the meta device: embeddings 100*32 + 512*32 + 2*32 + LayerNorm
+    # 2*32 = 19,712; per layer: attention 4*(32*32 + 32) = 4,224, its LayerNorm 64, intermediate
+    # 32*64 + 64 = 2,112, output 64*32 + 32 = 2,080, LayerNorm 64: 8,544; two layers 17,088; the
+    # pooler 32*32 + 32 = 1,056: 37,856 parameters, 151,424 bytes in float32, and the position
+    # ids and token type ids buffers: 2 * 512 int64 = 8,192 bytes.
+    monkeypatch.setattr(models, "available_memory", lambda: 100_000)
+    assert cli.main(["transformers:BertModel", *BERT_KW, "--input-shape", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "has 37,856 parameters: 0.16 MB (159,616 bytes) of parameters and buffers, more than the 0.10 MB" in err
+    assert "not built" in err
+    needed = 37_856 * 4 + 2 * 512 * 8
+    monkeypatch.setattr(models, "available_memory", lambda: needed)
+    assert cli.main(["transformers:BertModel", *BERT_KW, "--input-shape", "8"]) == 0
+    monkeypatch.setattr(models, "available_memory", lambda: needed - 1)
+    assert cli.main(["transformers:BertModel", *BERT_KW, "--input-shape", "8"]) == 2
+
+
+def test_a_timm_model_by_name(capsys):
+    pytest.importorskip("timm")
+    report = json_main(capsys, "timm:resnet18", "--kw", "num_classes=10", "--input-shape", "3,32,32")
+    assert report["context"]["model_type"] == "timm.models.resnet.ResNet"
+    # conv1 7x7x3x64 + bn1 ... the same parameters as timm.create_model's own model.
+    import timm
+
+    expected = sum(p.numel() for p in timm.create_model("resnet18", num_classes=10).parameters())
+    assert report["totals"]["parameters"]["value"] == expected
+    assert cli.main(["timm:resnet1", "--input-shape", "3,32,32"]) == 2
+    err = capsys.readouterr().err
+    assert "timm has no attribute or model named 'resnet1'; close matches:" in err and "resnet18" in err

@@ -205,16 +205,18 @@ def training_setup():
 # One step, by hand. Forward: addmm 2*5*4*3 = 120, ReLU 15, addmm 2*5*3*2 = 60, the loss's sum 10.
 # Backward: second layer input and weight gradients (mm 60 + 60), its bias gradient (sum of 10),
 # ReLU's threshold_backward 15, first layer weight gradient (mm 120; x needs none), its bias
-# gradient (sum of 15). SGD without momentum: add_ over the 23 parameters (counted as forward).
-STEP_FORWARD = 120 + 15 + 60 + 10 + 23
+# gradient (sum of 15). SGD without momentum: add_ over the 23 parameters (the optimizer phase).
+STEP_FORWARD = 120 + 15 + 60 + 10
 STEP_BACKWARD = 60 + 60 + 10 + 15 + 120 + 15
+STEP_OPTIMIZER = 23
 
 
 def _assert_exact_step(report):
     assert report["total"]["status"] == "complete", report["diagnostics"]
-    assert report["total"]["value"] == STEP_FORWARD + STEP_BACKWARD
+    assert report["total"]["value"] == STEP_FORWARD + STEP_BACKWARD + STEP_OPTIMIZER
     assert report["by_phase"]["forward"]["value"] == STEP_FORWARD
     assert report["by_phase"]["backward"]["value"] == STEP_BACKWARD
+    assert report["by_phase"]["optimizer"]["value"] == STEP_OPTIMIZER
 
 
 def _measure(how, step):

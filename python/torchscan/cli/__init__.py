@@ -31,6 +31,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
+from .._hints import TOKEN_IDS, batch_hint, looks_like_a_shape_error, looks_like_float_token_ids
 from ..compare import compare_reports
 from ..crawler import crawl_module
 from ..distributed import merge_reports
@@ -47,6 +48,7 @@ from .render import (
     memory_text,
     merged_text,
     summary_text,
+    training_report,
     training_text,
     write_csv,
     write_json,
@@ -198,15 +200,11 @@ def _check_destination(parser: argparse.ArgumentParser, option: str, destination
 
 def _failure_hint(error: Exception, specs: list[InputSpec], options: argparse.Namespace) -> str:
     """What to change when the forward rejected the generated inputs."""
-    text = str(error)
-    floating = [spec for spec in specs if resolve_dtype(spec.dtype).is_floating_point]
-    if floating and any(word in text for word in ("indices", "Long, Int", "Expected tensor for argument #1")):
-        return "; the model seems to take integer inputs (token ids): give --dtype int64 or --input NAME:int64:SHAPE"
-    if options.input_shape and any(word in text for word in ("input of size", "Expected", "dimension", "shape")):
-        return (
-            f"; each SHAPE is given without the batch dimension, which --batch-size ({options.batch_size}) adds: "
-            "for an image model, 3,224,224 rather than 1,3,224,224"
-        )
+    floating = any(resolve_dtype(spec.dtype).is_floating_point for spec in specs)
+    if looks_like_float_token_ids(error, floating):
+        return "; " + TOKEN_IDS.format(fix="--dtype int64 or --input NAME:int64:SHAPE")
+    if options.input_shape and looks_like_a_shape_error(error):
+        return "; " + batch_hint("SHAPE", f"--batch-size ({options.batch_size})", "3,224,224 rather than 1,3,224,224")
     return ""
 
 
@@ -251,16 +249,21 @@ def _analyse(parser: argparse.ArgumentParser, argv: list[str], out: TextIO) -> i
         raise _Failure(f"cannot generate the inputs {shapes}: {type(error).__name__}: {error}") from None
     report, incomplete = _run(model, spec, inputs, specs, options)
     depth = _depth(report, options.max_depth)
+    # Every result of the run reaches every output: the measurements first, then the files.
+    memory = _measure(forward_memory, spec, "the peak memory of", model, inputs) if options.memory else None
+    step: TrainingStep | None = None
+    if options.train:
+        step = _measure(train_step, spec, "a training step of", model, inputs, options.optimizer, options.memory)
+    if memory is not None:
+        report["memory"] = dict(memory)
+    if step is not None:
+        report["training"] = training_report(step)
     if options.json is not None:
         write_json(report, options.json, out)
     if options.csv is not None:
         write_csv(report, options.csv, out)
     if options.html is not None:
         Path(options.html).write_text(format_html(report, spec), encoding="utf-8")
-    memory = _measure(forward_memory, spec, "the peak memory of", model, inputs) if options.memory else None
-    step: TrainingStep | None = None
-    if options.train:
-        step = _measure(train_step, spec, "a training step of", model, inputs, options.optimizer, options.memory)
     if STDOUT not in (options.json, options.csv):
         width = _width(options, out)
         out.write(summary_text(report, depth, options.receptive_field, width) + "\n")

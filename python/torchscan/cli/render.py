@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from .._diagnostics import group_diagnostics
 from ..process import MemoryStats
-from ..report import AnalysisReport, MetricResult, ReportDiff
+from ..report import AnalysisReport, MetricResult, ReportDiff, TrainingStepReport
 from ..utils import call_order, format_flops, format_info
 from .training import TrainingStep
 
@@ -22,6 +22,7 @@ __all__ = [
     "flops_text",
     "memory_text",
     "summary_text",
+    "training_report",
     "training_text",
     "write_csv",
     "write_json",
@@ -176,28 +177,39 @@ def memory_text(stats: MemoryStats, what: str) -> str:
     return f"  {what}: {megabytes(stats['delta_bytes'])} ({stats['delta_bytes']:,} bytes){before}; {stats['metric']}"
 
 
+# The phases of a training step, in the order they run.
+PHASES = ("forward", "backward", "optimizer")
+
+
+def training_phases(step: TrainingStep) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """The step's phases in the order they run, then its total: (key, name, MetricResult)."""
+    phases = step.flops["by_phase"]
+    names = {"optimizer": f"optimizer step ({step.optimizer_name})"}
+    rows = [(key, names.get(key, key), phases[key]) for key in PHASES if key in phases]
+    return [*rows, ("total", "total", step.flops["total"])]
+
+
+def training_report(step: TrainingStep) -> TrainingStepReport:
+    """The step as the AnalysisReport's `training` (schema: TrainingStep)."""
+    document: TrainingStepReport = {"optimizer": step.optimizer_name, "flops": step.flops}
+    if step.memory is not None:
+        document["memory"] = dict(step.memory)
+    return document
+
+
 def training_text(step: TrainingStep, width: int | None, by: str | None) -> str:
     """--train: the step's FLOPs by phase (forward, backward, optimizer step) and in total."""
-    phases = step.forward_backward["by_phase"]
     rows: list[list[str]] = [["Phase", "FLOPs", "Status"]]
-    for phase in ("forward", "backward"):
-        if phase in phases:
-            rows.append([phase, metric_text(phases[phase]), phases[phase]["status"]])
-    optimizer = step.optimizer["total"]
-    rows.append([f"optimizer step ({step.optimizer_name})", metric_text(optimizer), optimizer["status"]])
-    whole = step.forward_backward["total"]
-    known = [m.get("value") if m["status"] == "complete" else m.get("known_value") for m in (whole, optimizer)]
-    complete = whole["status"] == optimizer["status"] == "complete"
-    total = sum(k or 0 for k in known)
-    rows.append(["total", number(total) if complete else f">= {number(total)}", "complete" if complete else "partial"])
+    for _, name, metric in training_phases(step):
+        rows.append([name, metric_text(metric), metric["status"]])
     lines = [
         "Training step (--train: forward in training mode, loss, backward, optimizer step)",
         *(f"  {line}" for line in table(rows, {1})),
     ]
-    lines += diagnostics_lines([*step.forward_backward["diagnostics"], *step.optimizer["diagnostics"]])
+    lines += diagnostics_lines(step.flops["diagnostics"])
     if by is not None:
-        lines += ["", f"Training step FLOPs (forward and backward) by {by}:"]
-        lines.append(format_flops(step.forward_backward, by, max_width=width))  # type: ignore[arg-type]
+        lines += ["", f"Training step FLOPs (forward, backward and optimizer) by {by}:"]
+        lines.append(format_flops(step.flops, by, max_width=width))  # type: ignore[arg-type]
     if step.memory is not None:
         lines += ["Peak memory of the training step (a second step, counted apart):"]
         lines.append(memory_text(step.memory, f"step on {step.memory['device']}"))
@@ -252,6 +264,7 @@ def write_csv(report: AnalysisReport, destination: str, out: TextIO) -> None:
             "buffers",
             *CSV_METRICS,
             "operator_flops_status",
+            "memory_bytes",
         ]
     )
     for layer in report["layers"]:
@@ -272,9 +285,33 @@ def write_csv(report: AnalysisReport, destination: str, out: TextIO) -> None:
                 "" if layer["buffers"].get("elements") is None else layer["buffers"]["elements"],
                 *(_cell(metrics.get(name)) for name in CSV_METRICS),
                 "" if flops is None else flops.get("status", ""),
+                "",
             ]
         )
+    for row in _run_rows(report):
+        writer.writerow(row)
     _write(buffer.getvalue(), destination, out)
+
+
+def _run_rows(report: AnalysisReport) -> list[list[object]]:
+    """The run's other results after the layer calls: a `training_step` row per phase of the
+    --train step and its total (operator FLOPs), a `peak_memory` row per --memory measurement
+    (memory_bytes: the bytes held above the baseline, `delta_bytes`)."""
+    blank = [""] * (len(CSV_METRICS) - 1)
+    rows: list[list[object]] = []
+    training = report.get("training")
+    if training is not None:
+        flops = training["flops"]
+        phases = [(name, flops["by_phase"][name]) for name in PHASES if name in flops["by_phase"]]
+        for name, metric in [*phases, ("total", flops["total"])]:
+            rows.append([name, "", "", "training_step", "", "", "", "", _cell(metric), *blank, metric["status"], ""])
+    measured = [("forward", report.get("memory"))]
+    if training is not None:
+        measured.append(("training_step", training.get("memory")))
+    for name, stats in measured:
+        if stats is not None:
+            rows.append([name, "", "", "peak_memory", "", "", "", "", "", *blank, "", stats["delta_bytes"]])
+    return rows
 
 
 def write_json(document: Mapping[str, Any], destination: str, out: TextIO) -> None:

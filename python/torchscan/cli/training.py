@@ -5,8 +5,9 @@ The training step is what a training loop runs once per batch: the forward in tr
 a loss, its backward, and one optimizer step. The loss is the sum of every floating-point
 tensor the model returns (its ``loss`` when it returns one, as transformers models do given
 labels): a stand-in whose own work (one add per output element) is counted with the forward.
-The forward and backward are counted in one session (its phases tell them apart), the optimizer
-step in another, so that each is reported on its own.
+The whole step is counted in one session: its phases (`forward`, `backward`, `optimizer`, the
+last marked by torch.optim's step hooks) tell the parts apart, as they do for any training loop
+under count_flops.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 
 @dataclass
 class TrainingStep:
-    """The FLOPs of one step: forward and backward (one report, split by phase), optimizer."""
+    """The FLOPs of one step (one report: by_phase forward, backward, optimizer) and, with
+    --memory, the peak memory of a second, identical step."""
 
     optimizer_name: str
-    forward_backward: FlopReport
-    optimizer: FlopReport
+    flops: FlopReport
     memory: MemoryStats | None = None
 
 
@@ -88,10 +89,9 @@ def train_step(model: nn.Module, inputs: GeneratedInputs, optimizer_name: str, m
 
     with count_flops(modules=model) as counted:
         forward_backward()
-    with count_flops(modules=model) as stepped:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    step = TrainingStep(optimizer_name, counted.report(), stepped.report())
+    step = TrainingStep(optimizer_name, counted.report())
     if memory:
         device = _device_of(model)
 
