@@ -41,6 +41,9 @@ pub use config::{Config, Labelling, BUILT_AGAINST_TORCH};
 pub use memo::PriceMemos;
 pub use modules::Entered;
 
+/// [`OpEvent::route`] of a call whose route is not a dense backend's (or has no tensor).
+pub const UNKNOWN_ROUTE: u8 = 255;
+
 /// What the shim learns about an operator the first time a session sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpDescription {
@@ -54,6 +57,10 @@ pub struct OpDescription {
     pub explicit_composite: bool,
     /// Schema arguments before the keyword-only ones (custom formulas receive these).
     pub positional_args: usize,
+    /// The routes ([`OpEvent::route`]'s values, as bits) on which a call runs the operator's
+    /// CompositeImplicitAutograd kernel although it has kernels of its own elsewhere
+    /// (`_fused_rms_norm`: a CUDA kernel, a composite on CPU): there the call is a composite's.
+    pub composite_routes: u64,
 }
 
 /// The shim's view of one dispatcher event, read lazily: most events never need their inputs.
@@ -69,6 +76,11 @@ pub trait OpEvent {
     }
     /// Appends the encoded outputs to `out`; only called for a custom formula's call (`Decision::CAPTURE`).
     fn read_outputs(&self, out: &mut Vec<i64>);
+    /// The call's route, `2 * backend + through_autograd` (`c10::BackendComponent`), 255 when
+    /// unknown; only asked of operators with [`OpDescription::composite_routes`].
+    fn route(&self) -> u8 {
+        UNKNOWN_ROUTE
+    }
 }
 
 /// What the shim does with the rest of the event, as bits (`cpp/observer.cpp` reads them):
@@ -223,6 +235,8 @@ struct OpStats {
     class: Class,
     /// An ATen kernel: calls made by its autograd layer are operators of their own.
     kernel: bool,
+    /// See [`OpDescription::composite_routes`].
+    composite_routes: u64,
     positional_args: usize,
     calls: u64,
     flops: u64,
@@ -393,11 +407,14 @@ impl Session {
             Class::CompiledEnd => return self.on_compiled_end(event, phase, sequence, origin),
             _ => {}
         }
+        // A call that runs the operator's CompositeImplicitAutograd kernel is a composite's: its
+        // decomposition computes (and is counted), never the formula too. Rare: one bit test.
+        let composite = self.ops[op].composite_routes != 0 && self.runs_composite(op, event);
         if origin == Origin::Unfollowed {
-            return self.on_unfollowed(op, interposed, phase);
+            return if composite { Decision::DESCEND } else { self.on_unfollowed(op, interposed, phase) };
         }
         let scope = self.scope_of(phase, origin, sequence);
-        if interposed {
+        if interposed || composite {
             return Decision::DESCEND;
         }
         let kernel = self.ops[op].kernel;
@@ -457,6 +474,14 @@ impl Session {
         let op = self.intern(event.describe()?);
         self.cache.insert(key, op);
         Some(op)
+    }
+
+    /// Whether this call of `op` runs its CompositeImplicitAutograd kernel (see
+    /// [`OpDescription::composite_routes`]).
+    #[cold]
+    fn runs_composite(&self, op: usize, event: &dyn OpEvent) -> bool {
+        let route = event.route();
+        route < 64 && (self.ops[op].composite_routes >> route) & 1 == 1
     }
 
     /// The scope node an operator's work goes to: the current module call for forward work
@@ -645,8 +670,13 @@ impl Session {
         let class = self.classify(&description);
         match self.op_by_name.get(&description.name) {
             // Overloads share their operator's entry unless they are classified differently
-            // (a composite overload beside one with a kernel); the report merges them by name.
-            Some(&op) if self.ops[op].class == class => op,
+            // (a composite overload beside one with a kernel), or run a composite on other
+            // routes; the report merges them by name.
+            Some(&op)
+                if self.ops[op].class == class && self.ops[op].composite_routes == description.composite_routes =>
+            {
+                op
+            }
             _ => self.add_op(description, class),
         }
     }
@@ -664,6 +694,7 @@ impl Session {
             name: description.name.clone(),
             class,
             kernel: aten && (description.has_own_kernel || description.explicit_composite),
+            composite_routes: description.composite_routes,
             positional_args: description.positional_args,
             calls: 0,
             flops: 0,
@@ -780,6 +811,7 @@ mod tests {
                 has_own_kernel: self.own_kernel,
                 explicit_composite: false,
                 positional_args: 2,
+                composite_routes: 0,
             })
         }
         fn inputs(&self) -> &[i64] {
