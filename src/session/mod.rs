@@ -886,6 +886,57 @@ mod tests {
         session.into_report(&[]).unwrap()
     }
 
+    /// `_fused_rms_norm(x [4, 64], [64], w [64], eps)` on a route: its composite runs on CPU
+    /// through autograd and below it (routes 2 and 3), its own kernel on CUDA (4 and 5).
+    struct RmsNormCall {
+        route: u8,
+        inputs: Vec<i64>,
+    }
+
+    impl OpEvent for RmsNormCall {
+        fn describe(&self) -> Option<OpDescription> {
+            Some(OpDescription {
+                name: "aten::_fused_rms_norm".to_string(),
+                has_own_kernel: true,
+                explicit_composite: false,
+                positional_args: 4,
+                composite_routes: 0b1100,
+            })
+        }
+        fn inputs(&self) -> &[i64] {
+            &self.inputs
+        }
+        fn read_outputs(&self, _: &mut Vec<i64>) {}
+        fn route(&self) -> u8 {
+            self.route
+        }
+    }
+
+    #[test]
+    fn a_call_that_runs_the_composite_is_transparent_and_one_that_runs_the_kernel_is_priced() {
+        let mut inputs = Vec::new();
+        tensor(&mut inputs, &[4, 64]);
+        ints(&mut inputs, &[64]);
+        tensor(&mut inputs, &[64]);
+        double(&mut inputs, 1e-6);
+        let name = "aten::_fused_rms_norm";
+        let mut s = Session::new(Config::default());
+        // Each route is its own event key here (the shim's key is the operator's name: one entry).
+        let cpu = RmsNormCall { route: 3, inputs: inputs.clone() };
+        assert_eq!(finish(&mut s, forward_call(name), &cpu, true), Decision::DESCEND);
+        let below = RmsNormCall { route: 2, inputs: inputs.clone() };
+        assert_eq!(finish(&mut s, forward_call(name), &below, true), Decision::DESCEND);
+        let unknown = RmsNormCall { route: UNKNOWN_ROUTE, inputs: inputs.clone() };
+        assert_eq!(finish(&mut s, forward_call(name), &unknown, true), SKIP_KERNEL);
+        let cuda = RmsNormCall { route: 5, inputs };
+        assert_eq!(finish(&mut s, forward_call(name), &cuda, true), SKIP_KERNEL);
+        let r = report(s);
+        // Two priced calls, 4 x 256 + 2 x 4 = 1032 each; the composite's calls count nothing
+        // themselves (their decomposition does, as calls of its own).
+        assert_eq!(r.total, MetricResult::complete(2 * 1032, "workload"));
+        assert_eq!(r.operator_calls["aten._fused_rms_norm"], 2);
+    }
+
     #[test]
     fn a_claimed_call_counts_once_and_hides_its_children() {
         let mut s = Session::new(Config::default());

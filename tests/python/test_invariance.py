@@ -55,7 +55,8 @@ def test_rms_norm_counts_its_decomposition_once():
     # Was 2056: the fused operator's formula (1024) and its CPU decomposition (1032) both.
     assert report["total"]["value"] == RMS_FORWARD == 1032
     assert "aten._fused_rms_norm" not in report["by_operator"]
-    assert report["by_operator"] == {"aten.pow": 256, "aten.mean": 256, "aten.add_": 4, "aten.rsqrt": 4, "aten.mul": 512}
+    decomposition = {"aten.pow": 256, "aten.mean": 256, "aten.add_": 4, "aten.rsqrt": 4, "aten.mul": 512}
+    assert report["by_operator"] == decomposition
     assert total(lambda: F.rms_norm(x, (64,), norm.weight)) == RMS_FORWARD
     assert total(lambda: llama_rms_norm(x, norm.weight, 1e-6)) == RMS_FORWARD
     with torch.inference_mode():  # below autograd: the composite fills the CPU kernel's place
@@ -109,8 +110,8 @@ def test_clip_grad_norm_counts_the_same_with_and_without_foreach():
 def test_p_norms_cost_two_per_element_whichever_kernel():
     x = torch.randn(6, 7)
     for p in (2.0, 1.0, math.inf, 3.0):
-        assert total(lambda: torch.linalg.vector_norm(x, p)) == 84, p
-        assert total(lambda: torch._foreach_norm([x], p)) == 84, p
+        assert total(lambda p=p: torch.linalg.vector_norm(x, p)) == 84, p
+        assert total(lambda p=p: torch._foreach_norm([x], p)) == 84, p
     assert total(lambda: torch.norm(x)) == 84
     assert total(lambda: torch.ops.aten.linalg__powsum(x, 2.0)) == 84  # the norm without its root
     assert total(lambda: torch.linalg.norm(x)) == 84  # the Frobenius norm: a vector norm
@@ -291,8 +292,18 @@ def t(*shape, device="cpu"):
 # One call of each swept overload, on a device.
 SAMPLES = {
     "aten::_convolution.deprecated": lambda d: (
-        t(1, 2, 5, 5, device=d), t(3, 2, 3, 3, device=d), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
-        False, False, True,
+        t(1, 2, 5, 5, device=d),
+        t(3, 2, 3, 3, device=d),
+        None,
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        False,
+        False,
+        True,
     ),
     "aten::_fused_rms_norm": lambda d: (t(4, 64, device=d), [64], t(64, device=d), 1e-6),
     "aten::_upsample_bicubic2d_aa.vec": lambda d: (t(1, 1, 4, 4, device=d), [8, 8], False, None),
