@@ -83,6 +83,10 @@ struct OpEvent {
 // All three are noexcept: an exception must never cross into Rust. The encoded arguments live
 // in the event's buffer, valid until the next read on the same thread.
 EventDescription describe(const OpEvent& event) noexcept;
+// The call's route, `2 * backend + through_autograd` (c10::BackendComponent; whether its dispatch
+// passes through an autograd key), kUnknownRoute for other layouts and for calls without tensors.
+constexpr uint8_t kUnknownRoute = 255;
+uint8_t call_route(const OpEvent& event) noexcept;
 
 // The Rust API's way in (api.cpp): open a session observing the calling thread, close it (stop
 // observing), discard it in any state, and a CPU peak-memory measurement. They throw

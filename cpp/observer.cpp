@@ -372,7 +372,60 @@ bool has_own_kernel(const c10::OperatorHandle& op, const std::string& name) {
          op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
 }
 
+// The routes on which a call runs the operator's CompositeImplicitAutograd kernel, as bits
+// `2 * backend + through_autograd` (see call_route). Such a call is a composite's: its
+// decomposition is what computes, and what is counted, even where the operator has kernels of
+// its own on other backends (`_fused_rms_norm`: a CUDA kernel, a composite on CPU). The
+// dispatcher's rule (OperatorEntry::computeDispatchTableEntryWithDebug): below autograd, a
+// backend's own kernel, then CompositeExplicitAutograd(NonFunctional), then the composite;
+// through autograd, the composite unless the backend or CompositeExplicitAutograd has a kernel.
+uint64_t composite_routes(const c10::OperatorHandle& op) {
+  using K = c10::DispatchKey;
+  if (!op.hasKernelForDispatchKey(K::CompositeImplicitAutograd)) return 0;
+  bool explicit_kernel = op.hasKernelForDispatchKey(K::CompositeExplicitAutograd);
+  bool nonfunctional = op.hasKernelForDispatchKey(K::CompositeExplicitAutogradNonFunctional);
+  uint64_t routes = 0;
+  for (auto b = static_cast<uint8_t>(c10::BackendComponent::CPUBit);
+       b <= static_cast<uint8_t>(c10::BackendComponent::EndOfBackendKeys); ++b) {
+    auto backend = static_cast<c10::BackendComponent>(b);
+    bool direct = op.hasKernelForDispatchKey(c10::toRuntimePerBackendFunctionalityKey(K::Dense, backend));
+    if (!direct && !explicit_kernel && !nonfunctional) routes |= uint64_t{1} << (2 * b);
+    if (!direct && !explicit_kernel && !op.hasKernelForDispatchKey(c10::getAutogradKeyFromBackend(backend))) {
+      routes |= uint64_t{1} << (2 * b + 1);
+    }
+  }
+  return routes;
+}
+
+// Layouts whose calls take other routes than a dense backend's (their kernels are not composites').
+constexpr c10::DispatchKeySet kOtherLayouts =
+    c10::DispatchKeySet({c10::DispatchKey::Sparse, c10::DispatchKey::SparseCsr, c10::DispatchKey::Quantized,
+                         c10::DispatchKey::MkldnnCPU, c10::DispatchKey::NestedTensor});
+
 }  // namespace
+
+uint8_t call_route(const OpEvent& event) noexcept {
+  try {
+    const auto tls = c10::impl::tls_local_dispatch_key_set();
+    c10::DispatchKeySet keys = tls.included_;
+    for (const auto& v : event_arguments(event)) {
+      if (v.isTensor()) {
+        keys = keys | v.toTensor().key_set();
+      } else if (v.isList() && v.isTensorList()) {
+        for (const c10::IValue& e : v.toListRef()) {
+          if (e.isTensor()) keys = keys | e.toTensor().key_set();
+        }
+      }
+    }
+    keys = keys - tls.excluded_;
+    if (keys.has_any(kOtherLayouts)) return kUnknownRoute;
+    auto backend = static_cast<uint8_t>(keys.highestBackendKey());
+    if (backend == 0 || backend > static_cast<uint8_t>(c10::BackendComponent::EndOfBackendKeys)) return kUnknownRoute;
+    return static_cast<uint8_t>(2 * backend + (keys.has(c10::DispatchKey::AutogradFunctionality) ? 1 : 0));
+  } catch (...) {
+    return kUnknownRoute;
+  }
+}
 
 EventDescription describe(const OpEvent& event) noexcept {
   EventDescription d{};
@@ -387,6 +440,7 @@ EventDescription describe(const OpEvent& event) noexcept {
       return d;
     }
     d.has_own_kernel = has_own_kernel(*op, name->name);
+    if (d.has_own_kernel) d.composite_routes = composite_routes(*op);
     d.explicit_composite = op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
                            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
     if (op->hasSchema()) {

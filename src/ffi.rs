@@ -65,6 +65,9 @@ mod bridge {
         /// A CompositeExplicitAutograd kernel: a decomposition that runs below autograd.
         explicit_composite: bool,
         positional_args: usize,
+        /// The routes (`call_route`'s values, as bits) on which a call runs the operator's
+        /// CompositeImplicitAutograd kernel although it has kernels of its own elsewhere.
+        composite_routes: u64,
     }
 
     /// What a claimed call counted at its start (`session::Receipt`); the shim keeps it while
@@ -215,6 +218,8 @@ mod bridge {
         include!("torchscan/cpp/bridge.h");
         type OpEvent;
         fn describe(event: &OpEvent) -> EventDescription;
+        /// The call's route: `2 * backend + through_autograd`, 255 when unknown.
+        fn call_route(event: &OpEvent) -> u8;
         /// The encoded inputs, in a thread-local buffer valid until the next read on this thread.
         fn read_inputs(event: &OpEvent) -> &[i64];
         fn read_outputs(event: &OpEvent) -> &[i64];
@@ -413,9 +418,13 @@ struct Event<'a>(&'a OpEvent);
 
 impl crate::session::OpEvent for Event<'_> {
     fn describe(&self) -> Option<OpDescription> {
-        let EventDescription { is_op, name, has_own_kernel, explicit_composite, positional_args } =
+        let EventDescription { is_op, name, has_own_kernel, explicit_composite, positional_args, composite_routes } =
             bridge::describe(self.0);
-        is_op.then_some(OpDescription { name, has_own_kernel, explicit_composite, positional_args })
+        is_op.then_some(OpDescription { name, has_own_kernel, explicit_composite, positional_args, composite_routes })
+    }
+
+    fn route(&self) -> u8 {
+        bridge::call_route(self.0)
     }
 
     fn inputs(&self) -> &[i64] {

@@ -281,7 +281,8 @@ const CROSS: &Convention =
 const DISTANCE: &Convention =
     &Convention { rule: "per pair and feature: 3 (difference, power, accumulate); backward 4", source: TORCHSCAN };
 const RMS_NORM: &Convention = &Convention {
-    rule: "per element: 3 (square, add, scale), 4 with a weight; weight norm 3 per element of v; backward 2x",
+    rule: "per element: 3 (square, the mean's add, scale), 4 with a weight, and 2 per normalized row (epsilon, \
+           reciprocal square root): its CPU decomposition's count; weight norm 3 per element of v; backward 2x per element",
     source: TORCHSCAN,
 };
 const FUSED_OPTIMIZER: &Convention = &Convention {
@@ -293,8 +294,15 @@ const GRID: &Convention = &Convention {
     rule: "1 FLOP per interpolation tap per output element (bilinear 4, nearest 1, bicubic 16); backward 2x",
     source: TORCHSCAN,
 };
-const FOREACH_NORM: &Convention =
-    &Convention { rule: "2 FLOPs per element (a square or absolute value, and an add)", source: TORCHSCAN };
+/// A p-norm, whichever kernel computes it (`linalg_vector_norm`, `norm`, `linalg__powsum` without
+/// the root, `_foreach_norm` and `_foreach_powsum` per list element; `clip_grad_norm_` with
+/// foreach=True or False): the power or absolute value and the accumulate, the root per result
+/// within the accumulate's count (as `mean`'s division is).
+const P_NORM: &Convention = &Convention {
+    rule: "2 FLOPs per input element, any p (a power or absolute value, and an accumulate; the root per result \
+           within the accumulate's count)",
+    source: TORCHSCAN,
+};
 const LAPACK: &Convention = &Convention {
     rule: "leading-order counts of the standard LAPACK algorithms per matrix (inv 2n^3, solve 2/3 n^3 + 2n^2 k, \
            det 2/3 n^3, Cholesky 1/3 n^3, triangular solve n^2 k, eigh 4/3 n^3 or 9n^3 with vectors, eig 25n^3, \
@@ -858,7 +866,7 @@ pub static FORMULAS: &[Formula] = &[
     foreach!("aten::_foreach_maximum", 1),
     foreach!("aten::_foreach_minimum", 1),
     foreach!("aten::_foreach_max", 1),
-    row!("aten::_foreach_powsum", Reduction, pointwise::foreach::<2>, FOREACH_NORM),
+    row!("aten::_foreach_powsum", Reduction, pointwise::foreach::<2>, P_NORM),
     // Mixed precision: the gradient scaler's unscale (a finiteness test and a multiply) and its
     // scale update (a few scalar operations).
     row!("aten::_amp_foreach_non_finite_check_and_unscale_", Pointwise, pointwise::foreach::<2>, AMP_UNSCALE),
@@ -874,7 +882,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_fused_adamw_", Pointwise, pointwise::fused_adam, FUSED_OPTIMIZER),
     row!("aten::_fused_sgd_", Pointwise, pointwise::fused_sgd, FUSED_OPTIMIZER),
     row!("aten::_fused_adagrad_", Pointwise, pointwise::fused_adagrad, FUSED_OPTIMIZER),
-    row!("aten::_foreach_norm", Reduction, pointwise::foreach::<2>, FOREACH_NORM),
+    row!("aten::_foreach_norm", Reduction, pointwise::foreach::<2>, P_NORM),
     // Tests, comparisons and logic: one per element.
     pointwise!("aten::eq"),
     pointwise!("aten::ne"),
@@ -913,8 +921,8 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::var_mean", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::std", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::std_mean", Reduction, reduction::one_per_input_element, PER_INPUT),
-    row!("aten::norm", Reduction, reduction::one_per_input_element, PER_INPUT),
-    row!("aten::linalg_vector_norm", Reduction, reduction::one_per_input_element, PER_INPUT),
+    row!("aten::norm", Reduction, reduction::p_norm, P_NORM),
+    row!("aten::linalg_vector_norm", Reduction, reduction::p_norm, P_NORM),
     row!("aten::logsumexp", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::aminmax", Reduction, quantize::per_input_element::<2>, MIN_MAX),
     row!("aten::_aminmax", Reduction, quantize::per_input_element::<2>, MIN_MAX),
@@ -1106,7 +1114,7 @@ pub static FORMULAS: &[Formula] = &[
         FAKE_QUANTIZE
     ),
     row!("aten::mvlgamma", Pointwise, descend, COMPOSITE_KERNEL),
-    row!("aten::linalg__powsum", Reduction, pointwise::per_tensor_element::<0, 3>, THREE),
+    row!("aten::linalg__powsum", Reduction, reduction::p_norm, P_NORM),
     row!("aten::hash_tensor", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::segment_reduce", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::_segment_reduce_backward", Reduction, pointwise::per_tensor_element::<2, 1>, PER_INPUT),

@@ -6,7 +6,7 @@
 //! the usual backward = 2 x forward rule. Layer and group normalization always compute their
 //! statistics: they cost what training-mode batch normalization does, in every mode.
 
-use super::{mul, require_tensor, FormulaError};
+use super::{add, mul, product, require_tensor, FormulaError};
 use crate::args::Args;
 
 fn per_element(training: bool, affine: bool) -> u64 {
@@ -73,11 +73,17 @@ pub fn group_norm_backward(args: &Args) -> Result<u64, FormulaError> {
     numel_times(1, args, 2 * per_element(true, args.has_tensor(4)))
 }
 
-/// `_fused_rms_norm(input, normalized_shape, weight, eps)`: the mean square and the scaling, 3
-/// FLOPs per element (a square, an add and a multiply), 4 with a weight; no mean is removed,
-/// so one fewer than layer normalization's statistics.
+/// `_fused_rms_norm(input, normalized_shape, weight, eps)`: the arithmetic of its decomposition
+/// (the CompositeImplicitAutograd kernel that computes it on CPU: `pow`, `mean`, `add_`, `rsqrt`,
+/// `mul`, `mul`), whichever kernel runs: per element a square, the mean's add and the scaling (3),
+/// 4 with a weight; per normalized row the epsilon's add and the reciprocal square root (2).
 pub fn rms_norm(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(0, args, 3 + u64::from(args.has_tensor(2)))
+    let input = require_tensor(args, 0)?;
+    let normalized = args.int_list(1).ok_or(FormulaError::MissingArgument(1))?.len();
+    let batch = input.dims.len().checked_sub(normalized).ok_or(FormulaError::UnexpectedShape)?;
+    let rows = product(&input.dims[..batch])?;
+    let per_element = mul(input.numel().ok_or(FormulaError::Overflow)?, 3 + u64::from(args.has_tensor(2)))?;
+    add(per_element, mul(rows, 2)?)
 }
 
 /// `_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask)`:
@@ -316,7 +322,9 @@ mod tests {
     fn rms_and_weight_norm() {
         use crate::args::build::*;
         use crate::formulas::testing::with_args;
-        // RMSNorm(6) on [4, 6] with a weight: 24 x 4 = 96; without: 72; backward 2x.
+        // RMSNorm(6) on [4, 6] with a weight: 24 x 4 + 4 rows x 2 = 104; without: 72 + 8 = 80
+        // (what its CPU decomposition counts: pow 24, mean 24, add_ 4, rsqrt 4, mul 24, mul 24);
+        // backward 2 x 4 per element.
         let rms = |weighted: bool| {
             with_args(
                 |s| {
@@ -331,7 +339,7 @@ mod tests {
                 rms_norm,
             )
         };
-        assert_eq!((rms(true), rms(false)), (Ok(96), Ok(72)));
+        assert_eq!((rms(true), rms(false)), (Ok(104), Ok(80)));
         let backward = with_args(
             |s| {
                 tensor(s, &[4, 6]);

@@ -15,6 +15,14 @@ pub fn one_per_input_element(args: &Args) -> Result<u64, FormulaError> {
     require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)
 }
 
+/// `linalg_vector_norm(self, ord, ...)`, `norm(self, p, ...)`: a p-norm, 2 FLOPs per input
+/// element whatever `p` (the power or absolute value, and the accumulate; the root per result,
+/// like `mean`'s division, is within the accumulate's count), as `_foreach_norm` counts each
+/// list element: the same norm costs the same computed per tensor or for a list.
+pub fn p_norm(args: &Args) -> Result<u64, FormulaError> {
+    mul(require_tensor(args, 0)?.numel().ok_or(FormulaError::Overflow)?, 2)
+}
+
 /// `embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)`:
 /// every gradient row is added into its weight row, one FLOP per `grad_output` element.
 pub fn one_per_source_element(args: &Args) -> Result<u64, FormulaError> {
@@ -59,6 +67,25 @@ mod tests {
     use super::*;
     use crate::args::build::*;
     use crate::formulas::testing::with_args;
+
+    #[test]
+    fn p_norms_count_two_per_element() {
+        // linalg_vector_norm(x [6, 7], 2.0): 42 squares, 41 adds and a square root = 84, what
+        // _foreach_norm counts for the same tensor in a list.
+        let f = with_args(
+            |s| {
+                tensor(s, &[6, 7]);
+                double(s, 2.0);
+                none(s);
+                boolean(s, false);
+                none(s);
+            },
+            p_norm,
+        );
+        assert_eq!(f, Ok(84));
+        let foreach = with_args(|s| tensors(s, &[&[6, 7]]), crate::formulas::pointwise::foreach::<2>);
+        assert_eq!(foreach, f);
+    }
 
     #[test]
     fn counts_input_elements() {

@@ -41,6 +41,9 @@ pub use config::{Config, Labelling, BUILT_AGAINST_TORCH};
 pub use memo::PriceMemos;
 pub use modules::Entered;
 
+/// [`OpEvent::route`] of a call whose route is not a dense backend's (or has no tensor).
+pub const UNKNOWN_ROUTE: u8 = 255;
+
 /// What the shim learns about an operator the first time a session sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpDescription {
@@ -54,6 +57,10 @@ pub struct OpDescription {
     pub explicit_composite: bool,
     /// Schema arguments before the keyword-only ones (custom formulas receive these).
     pub positional_args: usize,
+    /// The routes ([`OpEvent::route`]'s values, as bits) on which a call runs the operator's
+    /// CompositeImplicitAutograd kernel although it has kernels of its own elsewhere
+    /// (`_fused_rms_norm`: a CUDA kernel, a composite on CPU): there the call is a composite's.
+    pub composite_routes: u64,
 }
 
 /// The shim's view of one dispatcher event, read lazily: most events never need their inputs.
@@ -69,6 +76,11 @@ pub trait OpEvent {
     }
     /// Appends the encoded outputs to `out`; only called for a custom formula's call (`Decision::CAPTURE`).
     fn read_outputs(&self, out: &mut Vec<i64>);
+    /// The call's route, `2 * backend + through_autograd` (`c10::BackendComponent`), 255 when
+    /// unknown; only asked of operators with [`OpDescription::composite_routes`].
+    fn route(&self) -> u8 {
+        UNKNOWN_ROUTE
+    }
 }
 
 /// What the shim does with the rest of the event, as bits (`cpp/observer.cpp` reads them):
@@ -223,6 +235,8 @@ struct OpStats {
     class: Class,
     /// An ATen kernel: calls made by its autograd layer are operators of their own.
     kernel: bool,
+    /// See [`OpDescription::composite_routes`].
+    composite_routes: u64,
     positional_args: usize,
     calls: u64,
     flops: u64,
@@ -445,11 +459,14 @@ impl Session {
             Class::CompiledEnd => return self.on_compiled_end(event, phase, sequence, origin),
             _ => {}
         }
+        // A call that runs the operator's CompositeImplicitAutograd kernel is a composite's: its
+        // decomposition computes (and is counted), never the formula too. Rare: one bit test.
+        let composite = self.ops[op].composite_routes != 0 && self.runs_composite(op, event);
         if origin == Origin::Unfollowed {
-            return self.on_unfollowed(op, interposed, phase);
+            return if composite { Decision::DESCEND } else { self.on_unfollowed(op, interposed, phase) };
         }
         let scope = self.scope_of(phase, origin, sequence);
-        if interposed {
+        if interposed || composite {
             return Decision::DESCEND;
         }
         let kernel = self.ops[op].kernel;
@@ -509,6 +526,14 @@ impl Session {
         let op = self.intern(event.describe()?);
         self.cache.insert(key, op);
         Some(op)
+    }
+
+    /// Whether this call of `op` runs its CompositeImplicitAutograd kernel (see
+    /// [`OpDescription::composite_routes`]).
+    #[cold]
+    fn runs_composite(&self, op: usize, event: &dyn OpEvent) -> bool {
+        let route = event.route();
+        route < 64 && (self.ops[op].composite_routes >> route) & 1 == 1
     }
 
     /// The scope node an operator's work goes to: the current module call for forward work
@@ -697,8 +722,13 @@ impl Session {
         let class = self.classify(&description);
         match self.op_by_name.get(&description.name) {
             // Overloads share their operator's entry unless they are classified differently
-            // (a composite overload beside one with a kernel); the report merges them by name.
-            Some(&op) if self.ops[op].class == class => op,
+            // (a composite overload beside one with a kernel), or run a composite on other
+            // routes; the report merges them by name.
+            Some(&op)
+                if self.ops[op].class == class && self.ops[op].composite_routes == description.composite_routes =>
+            {
+                op
+            }
             _ => self.add_op(description, class),
         }
     }
@@ -716,6 +746,7 @@ impl Session {
             name: description.name.clone(),
             class,
             kernel: aten && (description.has_own_kernel || description.explicit_composite),
+            composite_routes: description.composite_routes,
             positional_args: description.positional_args,
             calls: 0,
             flops: 0,
@@ -832,6 +863,7 @@ mod tests {
                 has_own_kernel: self.own_kernel,
                 explicit_composite: false,
                 positional_args: 2,
+                composite_routes: 0,
             })
         }
         fn inputs(&self) -> &[i64] {
@@ -904,6 +936,57 @@ mod tests {
 
     fn report(session: Session) -> FlopReport {
         session.into_report(&[]).unwrap()
+    }
+
+    /// `_fused_rms_norm(x [4, 64], [64], w [64], eps)` on a route: its composite runs on CPU
+    /// through autograd and below it (routes 2 and 3), its own kernel on CUDA (4 and 5).
+    struct RmsNormCall {
+        route: u8,
+        inputs: Vec<i64>,
+    }
+
+    impl OpEvent for RmsNormCall {
+        fn describe(&self) -> Option<OpDescription> {
+            Some(OpDescription {
+                name: "aten::_fused_rms_norm".to_string(),
+                has_own_kernel: true,
+                explicit_composite: false,
+                positional_args: 4,
+                composite_routes: 0b1100,
+            })
+        }
+        fn inputs(&self) -> &[i64] {
+            &self.inputs
+        }
+        fn read_outputs(&self, _: &mut Vec<i64>) {}
+        fn route(&self) -> u8 {
+            self.route
+        }
+    }
+
+    #[test]
+    fn a_call_that_runs_the_composite_is_transparent_and_one_that_runs_the_kernel_is_priced() {
+        let mut inputs = Vec::new();
+        tensor(&mut inputs, &[4, 64]);
+        ints(&mut inputs, &[64]);
+        tensor(&mut inputs, &[64]);
+        double(&mut inputs, 1e-6);
+        let name = "aten::_fused_rms_norm";
+        let mut s = Session::new(Config::default());
+        // Each route is its own event key here (the shim's key is the operator's name: one entry).
+        let cpu = RmsNormCall { route: 3, inputs: inputs.clone() };
+        assert_eq!(finish(&mut s, forward_call(name), &cpu, true), Decision::DESCEND);
+        let below = RmsNormCall { route: 2, inputs: inputs.clone() };
+        assert_eq!(finish(&mut s, forward_call(name), &below, true), Decision::DESCEND);
+        let unknown = RmsNormCall { route: UNKNOWN_ROUTE, inputs: inputs.clone() };
+        assert_eq!(finish(&mut s, forward_call(name), &unknown, true), SKIP_KERNEL);
+        let cuda = RmsNormCall { route: 5, inputs };
+        assert_eq!(finish(&mut s, forward_call(name), &cuda, true), SKIP_KERNEL);
+        let r = report(s);
+        // Two priced calls, 4 x 256 + 2 x 4 = 1032 each; the composite's calls count nothing
+        // themselves (their decomposition does, as calls of its own).
+        assert_eq!(r.total, MetricResult::complete(2 * 1032, "workload"));
+        assert_eq!(r.operator_calls["aten._fused_rms_norm"], 2);
     }
 
     #[test]

@@ -168,6 +168,7 @@ impl Session {
                     has_own_kernel: op.kernel,
                     explicit_composite: false,
                     positional_args: op.positional_args,
+                    composite_routes: op.composite_routes,
                 },
                 op.class,
             ),
