@@ -3,6 +3,12 @@
 //! 2 FLOPs per stored value per element of the dense operand's other dimension. Stored values
 //! include the explicit zeros of stored blocks (BSR/BSC), which the kernel multiplies too.
 //! A product of two sparse operands depends on how their non-zeros meet: not priced.
+//!
+//! `add`/`add_`/`sub`/`sub_` of a dense and a sparse operand (an `nn.Embedding(sparse=True)`
+//! gradient applied by SGD, `param.add_(grad, alpha=-lr)`): the kernel adds each stored value
+//! into the dense tensor, 1 FLOP per stored value (the dense pointwise convention, per element
+//! actually added). Two sparse operands merge where their indices meet (data-dependent): not
+//! priced.
 
 use super::{matmul, FormulaError};
 use crate::args::{Arg, Args, SparseMeta, TensorMeta};
@@ -30,6 +36,15 @@ pub fn mv(args: &Args) -> Result<u64, FormulaError> {
 /// `addmv(bias, a[m,k], v[k])` with a sparse `a`: 2 per stored value, the bias not counted.
 pub fn addmv(args: &Args) -> Result<u64, FormulaError> {
     vector_product(args, 1, 2, matmul::addmv)
+}
+
+/// `add(self, other, alpha)` (and `add_`, `sub`, `sub_`) with one sparse operand: 1 per stored value.
+pub fn add(args: &Args) -> Result<u64, FormulaError> {
+    match (args.get(0), args.get(1)) {
+        (Some(Arg::Tensor(_)), Some(Arg::Sparse(s))) | (Some(Arg::Sparse(s)), Some(Arg::Tensor(_))) => stored(&s),
+        (Some(Arg::Sparse(s)), _) | (_, Some(Arg::Sparse(s))) => Err(FormulaError::SparseLayout(s.layout)),
+        _ => Err(FormulaError::MissingTensor(1)),
+    }
 }
 
 fn stored(s: &SparseMeta) -> Result<u64, FormulaError> {
@@ -69,7 +84,7 @@ fn vector_product(args: &Args, a: usize, v: usize, dense: super::FlopFn) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::build::{sparse, tensor};
+    use crate::args::build::{double, sparse, tensor};
     use crate::formulas::testing::with_args;
 
     const COO: i64 = 1;
@@ -142,6 +157,38 @@ mod tests {
             bmm,
         );
         assert_eq!(f, Ok(144));
+    }
+
+    #[test]
+    fn dense_plus_sparse_counts_stored_values() {
+        // An embedding gradient (hybrid COO [100, 16], 5 looked-up rows: 80 stored values)
+        // applied by SGD, weight.add_(grad, alpha=-lr): 80 adds (dense would be 1,600).
+        let f = with_args(
+            |s| {
+                tensor(s, &[100, 16]);
+                sparse(s, 1, 80, &[100, 16]);
+                double(s, -0.1);
+            },
+            add,
+        );
+        assert_eq!(f, Ok(80));
+        let sparse_first = with_args(
+            |s| {
+                sparse(s, 1, 80, &[100, 16]);
+                tensor(s, &[100, 16]);
+            },
+            add,
+        );
+        assert_eq!(sparse_first, Ok(80));
+        // Two sparse operands merge where their indices meet: not priced.
+        let both = with_args(
+            |s| {
+                sparse(s, 1, 80, &[100, 16]);
+                sparse(s, 1, 32, &[100, 16]);
+            },
+            add,
+        );
+        assert_eq!(both, Err(FormulaError::SparseLayout(1)));
     }
 
     #[test]

@@ -170,6 +170,29 @@ def test_scattered_accumulation_and_embedding_bags():
     assert sum(v for k, v in report["by_operator"].items() if "embedding_bag" in k and "backward" in k) == 8 * 5
 
 
+def test_embedding_bag_with_padding_counts_the_ids_the_kernel_accumulates():
+    # 20 ids in 4 bags, 7 of them padding_idx 0: the kernel accumulates 13 rows of 16 = 208 (not
+    # 320, every id); the shim reads the ids, so the count is exact and complete. Its gradient
+    # reaches the same 13 rows: 208.
+    torch.manual_seed(0)
+    bag = nn.EmbeddingBag(50, 16, mode="mean", padding_idx=0)
+    ids = torch.tensor([0, 3, 0, 7, 9, 0, 0, 12, 4, 0, 5, 6, 0, 8, 0, 11, 13, 14, 15, 2])
+    offsets = torch.tensor([0, 5, 10, 15])
+    assert int((ids != 0).sum()) == 13
+    with torch.no_grad():
+        report = report_of(lambda: bag(ids, offsets))
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["by_operator"]["aten._embedding_bag_forward_only"] == 208
+    report = report_of(lambda: bag(ids, offsets).sum().backward())
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["by_operator"]["aten._embedding_bag"] == 208
+    assert sum(v for k, v in report["by_operator"].items() if "embedding_bag" in k and "backward" in k) == 208
+    # Other ids, same shapes: the count follows the data (no price remembered by shape).
+    with torch.no_grad():
+        none_padded = report_of(lambda: bag(ids + 1, offsets))
+    assert none_padded["by_operator"]["aten._embedding_bag_forward_only"] == 320
+
+
 def test_grid_sampling_and_pairwise_distances():
     x = torch.randn(1, 3, 8, 8, requires_grad=True)
     grid = torch.rand(1, 4, 4, 2) * 2 - 1
