@@ -322,6 +322,14 @@ inline bool push_strided_tensor(const c10::IValue& v, Buffer& out) {
       packed = false;  // a packed weight whose methods failed: priced as unknown
     }
     if (!packed) out.push(kOther);
+  } else if (v.isComplexDouble()) {
+    // A complex Scalar (`x * 1j`): the kernel computes in the complex dtype, so the call's
+    // complex operands include it. Its record is a 0-d complex128 tensor's (broadcasts to
+    // nothing, and says complex).
+    int64_t* record = out.extend(3);
+    record[0] = kTensor;
+    record[1] = static_cast<int64_t>(at::kComplexDouble);
+    record[2] = 0;
   } else {
     out.push(kOther);
   }
@@ -438,11 +446,13 @@ rust::Slice<const int64_t> read_collective_inputs(const OpEvent& event) noexcept
 namespace {
 
 // A dense tensor whose values this process can read in place: on the CPU, strided, no wrapper
-// (functorch, Python subclass, fake or meta tensors are skipped), so no operator is dispatched.
+// (functorch, Python subclass or fake tensors are skipped), so no operator is dispatched. (Only
+// functionality keys here: a backend key such as Meta would share the Dense bit with every
+// CPU tensor; the device test excludes meta tensors.)
 bool readable_on_cpu(const at::Tensor& t) {
   using K = c10::DispatchKey;
   static const c10::DispatchKeySet wrappers({K::Python, K::PythonTLSSnapshot, K::FuncTorchBatched, K::Batched,
-                                             K::FuncTorchGradWrapper, K::Functionalize, K::Meta});
+                                             K::FuncTorchGradWrapper, K::Functionalize});
   return t.defined() && t.layout() == c10::kStrided && t.device().is_cpu() && !t.is_nested() &&
          (t.key_set() & wrappers).empty() && t.has_storage() && t.data_ptr() != nullptr;
 }

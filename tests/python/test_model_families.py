@@ -87,7 +87,7 @@ def test_maskrcnn_training_step_is_complete():
     report = complete(step)
     assert report["by_operator"]["torchvision.roi_align"] > 0
     assert report["by_operator"]["torchvision._roi_align_backward"] > 0
-    assert report["by_phase"]["backward"] > 0
+    assert report["by_phase"]["backward"]["value"] > 0
 
 
 _DETECTION = torchvision.models.detection

@@ -170,6 +170,25 @@ def test_scattered_accumulation_and_embedding_bags():
     assert sum(v for k, v in report["by_operator"].items() if "embedding_bag" in k and "backward" in k) == 8 * 5
 
 
+def test_sparse_embedding_trained_by_sgd_is_priced_by_stored_values():
+    # nn.Embedding(sparse=True): the gradient is a sparse COO tensor of the 6 looked-up rows (id 5
+    # twice, uncoalesced) x 16: 96 stored values; SGD's weight.add_(grad, alpha=-lr) adds each
+    # once: 96 (a dense price would be 100 x 16 = 1,600). The loss's sum: 96.
+    torch.manual_seed(0)
+    embedding = nn.Embedding(100, 16, sparse=True)
+    optimizer = torch.optim.SGD(embedding.parameters(), lr=0.1)
+    ids = torch.tensor([[1, 5, 7], [5, 9, 2]])
+
+    def step():
+        optimizer.zero_grad()
+        embedding(ids).sum().backward()
+        optimizer.step()
+
+    report = report_of(step)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["by_operator"] == {"aten.sum": 96, "aten.add_": 96}
+
+
 def test_embedding_bag_with_padding_counts_the_ids_the_kernel_accumulates():
     # 20 ids in 4 bags, 7 of them padding_idx 0: the kernel accumulates 13 rows of 16 = 208 (not
     # 320, every id); the shim reads the ids, so the count is exact and complete. Its gradient

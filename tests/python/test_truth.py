@@ -581,10 +581,16 @@ def test_complex_pointwise_without_a_stated_count_is_partial():
 def test_complex_conv2d_counts_the_real_convolutions_that_ran():
     x, w = torch.randn(1, 2, 5, 5, dtype=torch.cfloat), torch.randn(3, 2, 3, 3, dtype=torch.cfloat)
     report = counted(lambda: F.conv2d(x, w))
-    # On the CPU conv2d decomposes a complex convolution into 3 real ones (Gauss's trick), each
-    # 2 * 27 outputs * 2*3*3 MACs; then the parts are combined: COMBINE.
-    assert report["by_operator"]["aten.convolution"] == 3 * (2 * 3 * 3 * 3 * 2 * 3 * 3)
-    assert report["total"]["value"] == 3 * (2 * 3 * 3 * 3 * 2 * 3 * 3) + COMBINE
+    # On the CPU conv2d decomposes a complex convolution into 3 real ones (Gauss's trick: a, b,
+    # c = conv(xr + xi, wr + wi)), each 2 * 27 outputs * 2*3*3 MACs, and combines them as
+    # a - b + 1j * (c - a - b): the real part sums 50 + 54 (add), 3 x 27 real subtracts, 27
+    # multiplies by 1j (complex: 6 each) and the complex add of the parts (2 each).
+    assert report["by_operator"] == {
+        "aten.convolution": 3 * (2 * 3 * 3 * 3 * 2 * 3 * 3),
+        "aten.add": 50 + 54 + 2 * 27,
+        "aten.sub": 3 * 27,
+        "aten.mul": 6 * 27,
+    }
 
 
 class _SpectralConv2d(nn.Module):
@@ -614,9 +620,23 @@ def test_fourier_neural_operator_is_complete_forward_and_training():
 
     with torch.no_grad():
         report = counted(forward)
-    assert report["by_operator"] == FNO_FORWARD
+    # rfft2 of [2, 4, 8, 8]: 512 elements x 5 x (log2 8 + log2 8) / 2 (real input) = 7,680;
+    # irfft2 the same + its 1/n scaling, 1 per real output: 8,192. The kept modes' complex
+    # product, a bmm over the 3 x 3 modes of [2, 4] @ [4, 4]: 4 x 2*9*2*4*4 = 2,304. The 1x1
+    # convolution 2*512*4 = 4,096, the add and the GELU 512 each.
+    assert report["by_operator"] == {
+        "aten._fft_r2c": 7_680,
+        "aten._fft_c2r": 8_192,
+        "aten.bmm": 2_304,
+        "aten.convolution": 4_096,
+        "aten.add": 512,
+        "aten.gelu": 512,
+    }
     report = counted(lambda: forward().square().mean().backward())
-    assert report["by_phase"]["backward"] > 0
+    assert report["by_phase"]["backward"]["value"] > 0
+    # irfft2's backward is an rfft2 whose inner one-sided columns (3 of the 5) are doubled in
+    # place: a complex value times 2, a complex multiply, 6 each: 6 x 2*4*8*3 = 1,152.
+    assert report["by_operator"]["aten.mul_"] == 6 * 2 * 4 * 8 * 3
 
 
 # Rule 7: CPU peak memory follows the blocks allocated during this measurement.
