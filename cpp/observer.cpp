@@ -451,8 +451,8 @@ namespace {
 // CPU tensor; the device test excludes meta tensors.)
 bool readable_on_cpu(const at::Tensor& t) {
   using K = c10::DispatchKey;
-  static const c10::DispatchKeySet wrappers({K::Python, K::PythonTLSSnapshot, K::FuncTorchBatched, K::Batched,
-                                             K::FuncTorchGradWrapper, K::Functionalize});
+  static const c10::DispatchKeySet wrappers(
+      {K::Python, K::PythonTLSSnapshot, K::FuncTorchBatched, K::Batched, K::FuncTorchGradWrapper, K::Functionalize});
   return t.defined() && t.layout() == c10::kStrided && t.device().is_cpu() && !t.is_nested() &&
          (t.key_set() & wrappers).empty() && t.has_storage() && t.data_ptr() != nullptr;
 }
