@@ -99,5 +99,9 @@ rust::String end_memory(int64_t id);
 rust::Slice<const int64_t> read_inputs(const OpEvent& event) noexcept;
 rust::Slice<const int64_t> read_outputs(const OpEvent& event) noexcept;
 rust::Slice<const int64_t> read_collective_inputs(const OpEvent& event) noexcept;
+// As read_inputs, then a DATA record summarising the tensor values a data-dependent formula
+// needs (RoI Align's adaptive sampling grids, an embedding bag's non-padding ids); only read
+// after a formula said the call depends on the data, never on the per-operator path.
+rust::Slice<const int64_t> read_data_inputs(const OpEvent& event) noexcept;
 
 }  // namespace torchscan::ffi

@@ -9,6 +9,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstring>
 #include <atomic>
@@ -61,6 +62,7 @@ constexpr int64_t kOther = static_cast<int64_t>(ArgTag::Other);
 constexpr int64_t kSparse = static_cast<int64_t>(ArgTag::Sparse);
 constexpr int64_t kPacked = static_cast<int64_t>(ArgTag::Packed);
 constexpr int64_t kGroup = static_cast<int64_t>(ArgTag::Group);
+constexpr int64_t kData = static_cast<int64_t>(ArgTag::Data);
 
 using Buffer = ArgBuffer;
 
@@ -320,6 +322,14 @@ inline bool push_strided_tensor(const c10::IValue& v, Buffer& out) {
       packed = false;  // a packed weight whose methods failed: priced as unknown
     }
     if (!packed) out.push(kOther);
+  } else if (v.isComplexDouble()) {
+    // A complex Scalar (`x * 1j`): the kernel computes in the complex dtype, so the call's
+    // complex operands include it. Its record is a 0-d complex128 tensor's (broadcasts to
+    // nothing, and says complex).
+    int64_t* record = out.extend(3);
+    record[0] = kTensor;
+    record[1] = static_cast<int64_t>(at::kComplexDouble);
+    record[2] = 0;
   } else {
     out.push(kOther);
   }
@@ -480,6 +490,127 @@ rust::Slice<const int64_t> read_collective_inputs(const OpEvent& event) noexcept
       } else {
         encode(v, out);
       }
+    }
+  } catch (...) {
+    out.clear();
+  }
+  return {out.data(), out.size()};
+}
+
+namespace {
+
+// A dense tensor whose values this process can read in place: on the CPU, strided, no wrapper
+// (functorch, Python subclass or fake tensors are skipped), so no operator is dispatched. (Only
+// functionality keys here: a backend key such as Meta would share the Dense bit with every
+// CPU tensor; the device test excludes meta tensors.)
+bool readable_on_cpu(const at::Tensor& t) {
+  using K = c10::DispatchKey;
+  static const c10::DispatchKeySet wrappers(
+      {K::Python, K::PythonTLSSnapshot, K::FuncTorchBatched, K::Batched, K::FuncTorchGradWrapper, K::Functionalize});
+  return t.defined() && t.layout() == c10::kStrided && t.device().is_cpu() && !t.is_nested() &&
+         (t.key_set() & wrappers).empty() && t.has_storage() && t.data_ptr() != nullptr;
+}
+
+// RoI Align with an adaptive sampling ratio: each box samples ceil(h / pooled_h) x
+// ceil(w / pooled_w) points per bin, from its size (torchvision's roi_align_kernel.cpp, in the
+// boxes' dtype). The sum of those grids over the boxes, or -1 when the boxes cannot be read.
+template <typename T>
+int64_t roi_grid_sum(const at::Tensor& rois, double scale, int64_t pooled_h, int64_t pooled_w, bool aligned) {
+  const T* data = rois.const_data_ptr<T>();
+  const int64_t boxes = rois.size(0);
+  const int64_t row = rois.stride(0);
+  const int64_t col = rois.stride(1);
+  const T offset = aligned ? static_cast<T>(0.5) : static_cast<T>(0);
+  const T s = static_cast<T>(scale);
+  int64_t total = 0;
+  for (int64_t k = 0; k < boxes; ++k) {
+    const T* box = data + k * row;
+    T width = (box[3 * col] * s - offset) - (box[1 * col] * s - offset);
+    T height = (box[4 * col] * s - offset) - (box[2 * col] * s - offset);
+    if (!aligned) {
+      width = std::max(width, static_cast<T>(1));
+      height = std::max(height, static_cast<T>(1));
+    }
+    const auto grid_h = static_cast<int64_t>(std::ceil(height / static_cast<T>(pooled_h)));
+    const auto grid_w = static_cast<int64_t>(std::ceil(width / static_cast<T>(pooled_w)));
+    total += grid_h * grid_w;
+  }
+  return total;
+}
+
+// `rois` at `args[1]`; spatial scale, pooled sizes, sampling ratio and aligned at the indices given.
+int64_t adaptive_roi_samples(c10::ArrayRef<const c10::IValue> args, std::size_t ratio, std::size_t aligned) {
+  if (args.size() <= std::max(ratio, aligned) || !args[1].isTensor() || !args[ratio].isInt()) return -1;
+  if (args[ratio].toInt() > 0) return -1;
+  const at::Tensor& rois = args[1].toTensor();
+  if (!readable_on_cpu(rois) || rois.dim() != 2 || rois.size(1) != 5) return -1;
+  const double scale = args[2].toDouble();
+  const int64_t pooled_h = args[3].toInt();
+  const int64_t pooled_w = args[4].toInt();
+  const bool is_aligned = args[aligned].toBool();
+  if (pooled_h <= 0 || pooled_w <= 0) return -1;
+  switch (rois.scalar_type()) {
+    case at::kFloat:
+      return roi_grid_sum<float>(rois, scale, pooled_h, pooled_w, is_aligned);
+    case at::kDouble:
+      return roi_grid_sum<double>(rois, scale, pooled_h, pooled_w, is_aligned);
+    default:
+      return -1;
+  }
+}
+
+// The ids at `args[1]` other than the padding index at `args[padding]` (the rows an embedding
+// bag's kernel accumulates), or -1 when there is no padding index or the ids cannot be read.
+int64_t non_padding_ids(c10::ArrayRef<const c10::IValue> args, std::size_t padding) {
+  if (args.size() <= padding || !args[1].isTensor() || !args[padding].isInt()) return -1;
+  const int64_t pad = args[padding].toInt();
+  if (pad < 0) return -1;
+  const at::Tensor& ids = args[1].toTensor();
+  if (!readable_on_cpu(ids) || ids.dim() != 1) return -1;
+  const int64_t n = ids.size(0);
+  const int64_t stride = ids.stride(0);
+  int64_t kept = 0;
+  switch (ids.scalar_type()) {
+    case at::kLong: {
+      const int64_t* data = ids.const_data_ptr<int64_t>();
+      for (int64_t i = 0; i < n; ++i) kept += data[i * stride] != pad;
+      return kept;
+    }
+    case at::kInt: {
+      const int32_t* data = ids.const_data_ptr<int32_t>();
+      for (int64_t i = 0; i < n; ++i) kept += data[i * stride] != pad;
+      return kept;
+    }
+    default:
+      return -1;
+  }
+}
+
+// What the formula of a data-dependent call needs from its tensors' values, or -1.
+int64_t data_summary(const OpEvent& event) {
+  const auto args = event_arguments(event);
+  const char* name = event.fn->name();
+  if (std::strcmp(name, "torchvision::roi_align") == 0) return adaptive_roi_samples(args, 5, 6);
+  if (std::strcmp(name, "torchvision::_roi_align_backward") == 0) return adaptive_roi_samples(args, 9, 10);
+  if (std::strcmp(name, "aten::_embedding_bag") == 0 || std::strcmp(name, "aten::_embedding_bag_forward_only") == 0) {
+    return non_padding_ids(args, 8);
+  }
+  if (std::strcmp(name, "aten::_embedding_bag_backward") == 0) return non_padding_ids(args, 11);
+  if (std::strcmp(name, "aten::_embedding_bag_dense_backward") == 0) return non_padding_ids(args, 9);
+  return -1;
+}
+
+}  // namespace
+
+rust::Slice<const int64_t> read_data_inputs(const OpEvent& event) noexcept {
+  Buffer& out = *event.buffer;
+  out.clear();
+  try {
+    for (const auto& v : event_arguments(event)) encode(v, out);
+    const int64_t summary = data_summary(event);
+    if (summary >= 0) {
+      out.push(kData);
+      out.push(summary);
     }
   } catch (...) {
     out.clear();

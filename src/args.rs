@@ -16,6 +16,10 @@
 //! - `GROUP`: tag, size, rank: a `torch.distributed` process group (a c10d collective's
 //!   `process_group` argument, or a functional collective's group name, resolved by the shim).
 //!   Only a collective's inputs carry it (`OpEvent::collective_inputs`); elsewhere it is `OTHER`.
+//! - `DATA`: tag, value: after the arguments, what a data-dependent formula needs from the
+//!   tensors' values (RoI Align's adaptive sampling points summed over its boxes, an embedding
+//!   bag's ids other than its padding index). Only the inputs read after a formula returned
+//!   `DataDependent` carry it (`OpEvent::data_inputs`), and only where the shim can read it.
 //!
 //! Values never leave the session: reports only ever carry FLOP counts and shapes' products.
 
@@ -31,6 +35,7 @@ pub const TAG_OTHER: i64 = 8;
 pub const TAG_SPARSE: i64 = 9;
 pub const TAG_PACKED: i64 = 10;
 pub const TAG_GROUP: i64 = 11;
+pub const TAG_DATA: i64 = 12;
 
 /// `c10::ScalarType` codes of the complex dtypes (ComplexHalf, ComplexFloat, ComplexDouble).
 const COMPLEX_DTYPES: [i64; 3] = [8, 9, 10];
@@ -129,7 +134,7 @@ fn arg_len(stream: &[i64], pos: usize) -> Option<usize> {
     let tag = *stream.get(pos)?;
     let len = match tag {
         TAG_NONE | TAG_OTHER => 1,
-        TAG_INT | TAG_DOUBLE | TAG_BOOL => 2,
+        TAG_INT | TAG_DOUBLE | TAG_BOOL | TAG_DATA => 2,
         TAG_GROUP => 3,
         TAG_TENSOR => 1 + tensor_len(stream, pos + 1)?,
         TAG_SPARSE => 3 + tensor_len(stream, pos + 3)?,
@@ -220,6 +225,12 @@ impl<'a> Args<'a> {
             }
             _ => Arg::Other,
         })
+    }
+
+    /// The `DATA` record the shim appended after the arguments (see the module's layout), if any.
+    pub fn data(&self) -> Option<i64> {
+        let &pos = self.offsets.last()?;
+        (self.stream[pos] == TAG_DATA).then(|| self.stream[pos + 1])
     }
 
     pub fn tensor(&self, index: usize) -> Option<TensorMeta<'a>> {
@@ -407,6 +418,10 @@ pub mod build {
     }
     pub fn other(out: &mut Vec<i64>) {
         out.push(TAG_OTHER);
+    }
+    /// The `DATA` record the shim appends after a data-dependent call's arguments.
+    pub fn data(out: &mut Vec<i64>, v: i64) {
+        out.extend([TAG_DATA, v]);
     }
     pub fn boolean(out: &mut Vec<i64>, v: bool) {
         out.extend([TAG_BOOL, v as i64]);

@@ -31,6 +31,7 @@ mod bridge {
         Sparse = 9,
         Packed = 10,
         Group = 11,
+        Data = 12,
     }
 
     /// How many sessions can be open at once (`registry::MAX_SESSIONS`): the shim keeps one
@@ -226,6 +227,9 @@ mod bridge {
         /// A collective's inputs: as `read_inputs`, with its process group (a ProcessGroup
         /// object, or a registered group's name) as a `Group` record.
         fn read_collective_inputs(event: &OpEvent) -> &[i64];
+        /// As `read_inputs`, then a `Data` record of what a data-dependent formula needs from the
+        /// tensors' values (read only after its formula said so).
+        fn read_data_inputs(event: &OpEvent) -> &[i64];
 
         /// The Rust API (`crate::api`): a session observing the calling thread, its close, its
         /// discard (any state, never fails), and a CPU peak-memory measurement.
@@ -252,6 +256,7 @@ const _: () = {
     assert!(ArgTag::Sparse.repr == args::TAG_SPARSE);
     assert!(ArgTag::Packed.repr == args::TAG_PACKED);
     assert!(ArgTag::Group.repr == args::TAG_GROUP);
+    assert!(ArgTag::Data.repr == args::TAG_DATA);
     assert!(Limits::Sessions.repr as usize == registry::MAX_SESSIONS);
     assert!(DecisionBit::Skip.repr == Decision::SKIP.0);
     assert!(DecisionBit::Capture.repr == Decision::CAPTURE);
@@ -433,6 +438,10 @@ impl crate::session::OpEvent for Event<'_> {
 
     fn collective_inputs(&self) -> &[i64] {
         bridge::read_collective_inputs(self.0)
+    }
+
+    fn data_inputs(&self) -> &[i64] {
+        bridge::read_data_inputs(self.0)
     }
 
     fn read_outputs(&self, out: &mut Vec<i64>) {

@@ -167,6 +167,13 @@ def _analyse(
                 module(*call_args, **call_kwargs)
         if session is not None:
             session.stop()
+        if any(isinstance(t, _UNINITIALIZED) for t in params + buffers):
+            # A forward that initializes a tensor by assigning a new one (torchinfo's
+            # `uninitialized_tensor` model: `self.param = nn.Parameter(torch.zeros(128))` in
+            # place of an UninitializedParameter) leaves the old object uninitialized: the model's
+            # tensors are those its modules hold now. (Lazy modules materialize in place.)
+            params = _unique(m._parameters for *_, m in named)
+            buffers = _unique(m._buffers for *_, m in named)
         document = {
             "mode": mode,
             "context": context,

@@ -78,8 +78,19 @@ pub fn sdpa_backward(args: &Args) -> Result<u64, FormulaError> {
 /// convention): Q, K and V projections `2*B*(s_q + 2*s_k)*E*E`, the two attention products
 /// `4*B*s_q*s_k*E` (the heads split `E`), the output projection `2*B*s_q*E*E`; with biases, their
 /// adds, `B*(s_q + 2*s_k)*E` (qkv_bias) and `B*s_q*E` (proj_bias).
+///
+/// A nested query (`nn.TransformerEncoder` with `src_key_padding_mask`, whose fast path drops the
+/// padded tokens) has no single shape: its record is its elements as a flat tensor, and the
+/// sequence lengths are data. The kernel dispatches its work on dense tensors it can see (the
+/// projections on the stored tokens, `mm`/`addmm`; the attention products on the padded batch,
+/// `bmm`; the softmax of each sequence), so such a call is a composite: its nested operators are
+/// counted, exactly, whatever the mask.
 pub fn native_multi_head_attention(args: &Args) -> Result<u64, FormulaError> {
-    let (s_q, e, batch_dims) = last_two(require_tensor(args, 0)?.dims)?;
+    let query = require_tensor(args, 0)?;
+    if query.dims.len() == 1 {
+        return Err(FormulaError::Descend);
+    }
+    let (s_q, e, batch_dims) = last_two(query.dims)?;
     let (s_k, _, _) = last_two(require_tensor(args, 1)?.dims)?;
     let batch = product(batch_dims)?;
     let projections = mul_all(&[2, batch, add(s_q, mul_all(&[2, s_k])?)?, e, e])?;

@@ -9,8 +9,11 @@
 //!   sampling_ratio, aligned)`: per output element (`K C pooled_h pooled_w`), `s^2` sample
 //!   points each read with 4 bilinear taps (1 FLOP per tap, as interpolation) and accumulated (1),
 //!   and one average: `5 s^2 + 1`. Its backward spreads each output gradient over the same taps:
-//!   `4 s^2 + 1`. An adaptive sampling ratio (`s <= 0`: from each box's size) depends on the
-//!   data, which the formula does not see: such a call is a formula error (partial), not a guess.
+//!   `4 s^2 + 1`. An adaptive sampling ratio (`s <= 0`: `ceil(h / pooled_h) x ceil(w / pooled_w)`
+//!   samples per bin from each box's size, as Mask R-CNN's mask targets use) depends on the boxes:
+//!   the shim reads them (on the CPU) and the count is exact, `5 g + 1` per output element of a
+//!   box whose grid has `g` points; boxes it cannot read leave the call a formula error
+//!   (partial), not a guess.
 
 use super::{add, ceil_log2, mul, mul_all, require_tensor, FormulaError};
 use crate::args::Args;
@@ -23,29 +26,42 @@ pub fn nms(args: &Args) -> Result<u64, FormulaError> {
     add(add(mul(n, ceil_log2(n))?, mul(3, n)?)?, mul(13, pairs)?)
 }
 
-/// `(outputs, s^2)` of a RoI Align call: `rois` at `rois`, channels from `channels`.
-fn roi_samples(
+/// A RoI Align call's work at `per_sample` FLOPs per sample point and 1 per output element:
+/// `rois` at `rois`, channels from `channels`. With a fixed sampling ratio `s`, every output
+/// element has `s^2` samples; with an adaptive one (`s <= 0`: `ceil(h / pooled_h) x
+/// ceil(w / pooled_w)` from each box's size) the shim reads the boxes and hands over the sum of
+/// their grids (`Args::data`): `channels pooled_h pooled_w (per_sample G + K)` for `K` boxes
+/// whose grids sum to `G`. Without it (boxes it cannot read: not on the CPU) the call is
+/// data-dependent, not priced.
+fn roi_work(
     args: &Args,
     rois: usize,
     channels: u64,
     pooled: usize,
     ratio: usize,
-) -> Result<(u64, u64), FormulaError> {
+    per_sample: u64,
+) -> Result<u64, FormulaError> {
     let boxes = super::dim(&require_tensor(args, rois)?, 0)?;
     let height = u64::try_from(args.int(pooled).ok_or(FormulaError::MissingArgument(pooled))?);
     let width = u64::try_from(args.int(pooled + 1).ok_or(FormulaError::MissingArgument(pooled + 1))?);
     let (height, width) =
         (height.map_err(|_| FormulaError::UnexpectedShape)?, width.map_err(|_| FormulaError::UnexpectedShape)?);
+    let bins = mul_all(&[channels, height, width])?;
     let s = args.int(ratio).ok_or(FormulaError::MissingArgument(ratio))?;
-    let s = u64::try_from(s).ok().filter(|&s| s > 0).ok_or(FormulaError::DataDependent)?;
-    Ok((mul_all(&[boxes, channels, height, width])?, mul(s, s)?))
+    match u64::try_from(s).ok().filter(|&s| s > 0) {
+        Some(s) => mul(mul(boxes, bins)?, add(mul(per_sample, mul(s, s)?)?, 1)?),
+        None => {
+            let grids = args.data().ok_or(FormulaError::DataDependent)?;
+            let grids = u64::try_from(grids).map_err(|_| FormulaError::UnexpectedShape)?;
+            mul(bins, add(mul(per_sample, grids)?, boxes)?)
+        }
+    }
 }
 
 /// `roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)`.
 pub fn roi_align(args: &Args) -> Result<u64, FormulaError> {
     let channels = super::dim(&require_tensor(args, 0)?, 1)?;
-    let (outputs, samples) = roi_samples(args, 1, channels, 3, 5)?;
-    mul(outputs, add(mul(5, samples)?, 1)?)
+    roi_work(args, 1, channels, 3, 5, 5)
 }
 
 /// `_roi_align_backward(grad, rois, spatial_scale, pooled_height, pooled_width, batch_size,
@@ -53,8 +69,7 @@ pub fn roi_align(args: &Args) -> Result<u64, FormulaError> {
 pub fn roi_align_backward(args: &Args) -> Result<u64, FormulaError> {
     let channels = u64::try_from(args.int(6).ok_or(FormulaError::MissingArgument(6))?)
         .map_err(|_| FormulaError::UnexpectedShape)?;
-    let (outputs, samples) = roi_samples(args, 1, channels, 3, 9)?;
-    mul(outputs, add(mul(4, samples)?, 1)?)
+    roi_work(args, 1, channels, 3, 9, 4)
 }
 
 /// `ps_roi_align(input [N, C, H, W], rois, spatial_scale, pooled_h, pooled_w, sampling_ratio)`:
@@ -68,8 +83,7 @@ pub fn ps_roi_align(args: &Args) -> Result<u64, FormulaError> {
             .map_err(|_| FormulaError::UnexpectedShape)?,
     )?;
     let groups = channels.checked_div(bins).ok_or(FormulaError::UnexpectedShape)?;
-    let (outputs, samples) = roi_samples(args, 1, groups, 3, 5)?;
-    mul(outputs, add(mul(5, samples)?, 1)?)
+    roi_work(args, 1, groups, 3, 5, 5)
 }
 
 /// `_ps_roi_align_backward(grad, rois, channel_mapping, spatial_scale, pooled_h, pooled_w,
@@ -91,8 +105,7 @@ pub fn roi_pool_backward(args: &Args) -> Result<u64, FormulaError> {
 /// spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned)`: `roi_align`'s count.
 pub fn qroi_align(args: &Args) -> Result<u64, FormulaError> {
     let channels = super::dim(&require_tensor(args, 0)?, 1)?;
-    let (outputs, samples) = roi_samples(args, 1, channels, 7, 9)?;
-    mul(outputs, add(mul(5, samples)?, 1)?)
+    roi_work(args, 1, channels, 7, 9, 5)
 }
 
 /// The deformable convolution's work: the convolution's (2 FLOPs per multiply-accumulate), the
@@ -188,6 +201,51 @@ mod tests {
             roi_align_backward,
         );
         assert_eq!(backward, Ok(816));
+    }
+
+    #[test]
+    fn adaptive_roi_align_counts_each_box_grid() {
+        // 2 boxes over 4 channels, 2x2 bins, adaptive sampling: the shim read grids of 3 x 2 = 6
+        // and 1 x 1 = 1 points per bin, G = 7. 16 bins x (5 x 7 + 2 boxes) = 592; per box that is
+        // 16 x (5 x 6 + 1) + 16 x (5 x 1 + 1) = 496 + 96 = 592.
+        let forward = |grids: Option<i64>| {
+            with_args(
+                |s| {
+                    tensor(s, &[1, 4, 16, 16]);
+                    tensor(s, &[2, 5]);
+                    double(s, 1.0);
+                    int(s, 2);
+                    int(s, 2);
+                    int(s, -1);
+                    boolean(s, false);
+                    if let Some(g) = grids {
+                        data(s, g);
+                    }
+                },
+                roi_align,
+            )
+        };
+        assert_eq!(forward(Some(7)), Ok(592));
+        assert_eq!(forward(None), Err(FormulaError::DataDependent));
+        // backward: 16 x (4 x 7 + 2) = 480.
+        let backward = with_args(
+            |s| {
+                tensor(s, &[2, 4, 2, 2]);
+                tensor(s, &[2, 5]);
+                double(s, 1.0);
+                int(s, 2);
+                int(s, 2);
+                int(s, 1);
+                int(s, 4);
+                int(s, 16);
+                int(s, 16);
+                int(s, -1);
+                boolean(s, false);
+                data(s, 7);
+            },
+            roi_align_backward,
+        );
+        assert_eq!(backward, Ok(480));
     }
 
     #[test]

@@ -22,8 +22,12 @@ pub fn markdown() -> String {
          and conventions stated here for the rest.\n\n\
          Complex tensors are counted in real arithmetic: a complex multiply-accumulate is 4 real \
          multiplies and 4 real adds, 8 FLOPs against a real one's 2, so the matmul, conv and attention \
-         formulas count 4x on complex operands; other formulas have no complex form, and such a call is \
-         a `formula_error` (partial), never a real-valued price. Sparse operands (COO, CSR, CSC, BSR, \
+         formulas count 4x on complex operands; the Fourier transforms count their complex arithmetic \
+         themselves; a pointwise or reduction row marked `complex: xK` counts K real FLOPs per complex \
+         operation, the textbook count on a + bi (add, subtract, negate 2; multiply 6; divide 11; abs 4; \
+         exp 5; reciprocal 6; sgn 6; angle 1; conj_physical 1; sum and mean 2 per element, the row's \
+         comment in `src/formulas/mod.rs` derives each). Other formulas have no complex form, and such a \
+         call is a `formula_error` (partial), never a real-valued price. Sparse operands (COO, CSR, CSC, BSR, \
          BSC) are priced by their stored values where a row names a sparse formula; any other formula \
          on a sparse tensor is a `formula_error` naming the layout, never a dense price.\n\n\
          The bias convention: a fused kernel's bias or added input costs what the separate operators \

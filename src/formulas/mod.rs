@@ -171,12 +171,19 @@ pub struct Formula {
     /// The formula for calls with a sparse operand (`sparse::mm`); without one, such a call is
     /// a `SparseLayout` error (partial, with the layout named), never a dense price.
     pub sparse: Option<FlopFn>,
+    /// For a family without a complex form of its own (pointwise, reductions): the real FLOPs of
+    /// the operation on one complex element, which multiplies the real count (a complex add 2, a
+    /// multiply 6, ...: the convention at the row). Without one, a complex call is a
+    /// `Complex` error (partial), never a real-valued price.
+    pub complex: Option<u64>,
 }
 
 impl Formula {
     /// The FLOPs of one call. Complex operands: a complex multiply-accumulate is 4 real
     /// multiplies and 4 real adds, 8 FLOPs against a real one's 2, so the multiply-accumulate
-    /// families (matmul, conv, attention) count 4x; other families have no complex form.
+    /// families (matmul, conv, attention) count 4x; pointwise and reduction rows that state a
+    /// complex cost (`complex: xK`) count K real FLOPs per complex operation; the others have no
+    /// complex form.
     pub fn price(&self, args: &Args) -> Result<u64, FormulaError> {
         let flops = match args.sparse_layout() {
             Some(layout) => self.sparse.ok_or(FormulaError::SparseLayout(layout))?(args)?,
@@ -191,7 +198,10 @@ impl Formula {
             }
             // The transforms count complex arithmetic themselves, in real FLOPs.
             Category::Spectral => Ok(flops),
-            _ => Err(FormulaError::Complex),
+            _ => match self.complex {
+                Some(per_complex) => flops.checked_mul(per_complex).ok_or(FormulaError::Overflow),
+                None => Err(FormulaError::Complex),
+            },
         }
     }
 }
@@ -235,6 +245,11 @@ const GROUPED_WGRAD: &Convention = &Convention {
     source: TORCHSCAN,
 };
 const PER_ELEMENT: &Convention = &Convention { rule: "1 FLOP per output element", source: TORCHSCAN };
+const SPARSE_ADD: &Convention = &Convention {
+    rule: "1 FLOP per output element; with one sparse operand, 1 per stored value (two sparse operands are not \
+           priced)",
+    source: TORCHSCAN,
+};
 const PER_INPUT: &Convention = &Convention { rule: "1 FLOP per input element", source: TORCHSCAN };
 const ACCUMULATE: &Convention = &Convention { rule: "1 FLOP per element accumulated", source: TORCHSCAN };
 const NORM: &Convention = &Convention {
@@ -473,6 +488,7 @@ macro_rules! row {
             formula: stringify!($f),
             convention: $conv,
             sparse: None,
+            complex: None,
         }
     };
     ($op:literal, $cat:ident, $f:expr, $conv:expr, sparse: $s:expr) => {
@@ -483,6 +499,29 @@ macro_rules! row {
             formula: concat!(stringify!($f), "`, sparse: `", stringify!($s)),
             convention: $conv,
             sparse: Some($s),
+            complex: None,
+        }
+    };
+    ($op:literal, $cat:ident, $f:expr, $conv:expr, sparse: $s:expr, complex: $k:literal) => {
+        Formula {
+            operator: $op,
+            category: Category::$cat,
+            flops: $f,
+            formula: concat!(stringify!($f), "`, sparse: `", stringify!($s), "`, complex: `x", stringify!($k)),
+            convention: $conv,
+            sparse: Some($s),
+            complex: Some($k),
+        }
+    };
+    ($op:literal, $cat:ident, $f:expr, $conv:expr, complex: $k:literal) => {
+        Formula {
+            operator: $op,
+            category: Category::$cat,
+            flops: $f,
+            formula: concat!(stringify!($f), "`, complex: `x", stringify!($k)),
+            convention: $conv,
+            sparse: None,
+            complex: Some($k),
         }
     };
 }
@@ -492,6 +531,9 @@ macro_rules! row {
 macro_rules! pointwise {
     ($op:literal) => {
         row!($op, Pointwise, pointwise::one_per_element, PER_ELEMENT)
+    };
+    ($op:literal, complex: $k:literal) => {
+        row!($op, Pointwise, pointwise::one_per_element, PER_ELEMENT, complex: $k)
     };
 }
 
@@ -565,31 +607,39 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_transformer_encoder_layer_fwd", Attention, descend, COMPOSITE_KERNEL),
     // nn.MultiheadAttention's inference fast path (torchvision ViT): projections included.
     row!("aten::_native_multi_head_attention", Attention, attention::native_multi_head_attention, MHA),
-    // Elementwise arithmetic.
-    pointwise!("aten::add"),
-    pointwise!("aten::add_"),
-    pointwise!("aten::sub"),
-    pointwise!("aten::sub_"),
-    pointwise!("aten::rsub"),
-    pointwise!("aten::mul"),
-    pointwise!("aten::mul_"),
-    pointwise!("aten::div"),
-    pointwise!("aten::div_"),
-    pointwise!("aten::neg"),
-    pointwise!("aten::neg_"),
-    pointwise!("aten::abs"),
+    // Elementwise arithmetic. `complex: xK`: on complex operands (the kernel computes in the
+    // complex dtype, a real operand promoted), K real FLOPs per element, the textbook count of
+    // the operation on (a + bi): an add, subtract or negate 2 (one per part); a multiply 6
+    // (ac - bd, ad + bc: 4 multiplies, 2 adds); a division 11 ((ac + bd) / (c^2 + d^2),
+    // (bc - ad) / (c^2 + d^2): 6 multiplies, 3 adds, 2 divisions); abs 4 (2 squares, an add, a
+    // square root); exp 5 (e^a, cos b, sin b, 2 multiplies); reciprocal 6 (2 squares, an add,
+    // 2 divisions, a negation); sgn 6 (abs, then 2 divisions); angle 1 (an atan2); conj_physical
+    // 1 (the imaginary part negated). Other pointwise operators have no complex count stated:
+    // such a call is partial, not guessed.
+    row!("aten::add", Pointwise, pointwise::one_per_element, SPARSE_ADD, sparse: sparse::add, complex: 2),
+    row!("aten::add_", Pointwise, pointwise::one_per_element, SPARSE_ADD, sparse: sparse::add, complex: 2),
+    row!("aten::sub", Pointwise, pointwise::one_per_element, SPARSE_ADD, sparse: sparse::add, complex: 2),
+    row!("aten::sub_", Pointwise, pointwise::one_per_element, SPARSE_ADD, sparse: sparse::add, complex: 2),
+    pointwise!("aten::rsub", complex: 2),
+    pointwise!("aten::mul", complex: 6),
+    pointwise!("aten::mul_", complex: 6),
+    pointwise!("aten::div", complex: 11),
+    pointwise!("aten::div_", complex: 11),
+    pointwise!("aten::neg", complex: 2),
+    pointwise!("aten::neg_", complex: 2),
+    pointwise!("aten::abs", complex: 4),
     pointwise!("aten::abs_"),
     pointwise!("aten::sign"),
-    pointwise!("aten::reciprocal"),
-    pointwise!("aten::reciprocal_"),
+    pointwise!("aten::reciprocal", complex: 6),
+    pointwise!("aten::reciprocal_", complex: 6),
     pointwise!("aten::pow"),
     pointwise!("aten::pow_"),
     pointwise!("aten::sqrt"),
     pointwise!("aten::sqrt_"),
     pointwise!("aten::rsqrt"),
     pointwise!("aten::rsqrt_"),
-    pointwise!("aten::exp"),
-    pointwise!("aten::exp_"),
+    pointwise!("aten::exp", complex: 5),
+    pointwise!("aten::exp_", complex: 5),
     pointwise!("aten::expm1"),
     pointwise!("aten::log"),
     pointwise!("aten::log_"),
@@ -636,7 +686,7 @@ pub static FORMULAS: &[Formula] = &[
     pointwise!("aten::logit"),
     pointwise!("aten::logit_backward"),
     pointwise!("aten::nan_to_num"),
-    pointwise!("aten::sgn"),
+    pointwise!("aten::sgn", complex: 6),
     pointwise!("aten::frac"),
     pointwise!("aten::copysign"),
     pointwise!("aten::logaddexp"),
@@ -659,8 +709,8 @@ pub static FORMULAS: &[Formula] = &[
     pointwise!("aten::logical_xor"),
     pointwise!("aten::bitwise_left_shift"),
     pointwise!("aten::bitwise_right_shift"),
-    pointwise!("aten::angle"),
-    pointwise!("aten::conj_physical"),
+    pointwise!("aten::angle", complex: 1),
+    pointwise!("aten::conj_physical", complex: 1),
     pointwise!("aten::frexp"),
     pointwise!("aten::igamma"),
     pointwise!("aten::igammac"),
@@ -907,8 +957,9 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::max", Reduction, pointwise::elementwise_or_reduction, PER_INPUT),
     row!("aten::min", Reduction, pointwise::elementwise_or_reduction, PER_INPUT),
     // Reductions.
-    row!("aten::sum", Reduction, reduction::one_per_input_element, PER_INPUT),
-    row!("aten::mean", Reduction, reduction::one_per_input_element, PER_INPUT),
+    // A complex sum or mean adds both parts of each element: 2 real FLOPs per complex one.
+    row!("aten::sum", Reduction, reduction::one_per_input_element, PER_INPUT, complex: 2),
+    row!("aten::mean", Reduction, reduction::one_per_input_element, PER_INPUT, complex: 2),
     row!("aten::prod", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::amax", Reduction, reduction::one_per_input_element, PER_INPUT),
     row!("aten::amin", Reduction, reduction::one_per_input_element, PER_INPUT),
@@ -1371,6 +1422,58 @@ mod tests {
         assert_eq!(classify("quantized::linear"), Class::Counted("integer"));
         assert_eq!(classify("aten::not_an_op"), Class::Unclassified);
         assert!(registry_operators().any(|name| name == "quantized::conv2d"));
+    }
+
+    #[test]
+    fn complex_pointwise_work_is_counted_in_real_flops() {
+        use crate::args::build::*;
+        let price = |op: &str, build: &dyn Fn(&mut Vec<i64>)| {
+            let Some(Rule::Formula(i)) = exact(op) else { panic!("{op} has no row") };
+            let mut stream = Vec::new();
+            build(&mut stream);
+            let mut offsets = Vec::new();
+            assert!(crate::args::index_stream(&stream, &mut offsets));
+            FORMULAS[i].price(&Args::new(&stream, &offsets))
+        };
+        // Two complex64 [4, 8] operands, 32 complex elements. Per complex element, by hand:
+        // add 2 (a real add per part), mul 6 (ac - bd, ad + bc), div 11 (6 multiplies, 3 adds,
+        // 2 divisions), abs 4 (2 squares, an add, a root), exp 5 (e^a, cos b, sin b, 2 products).
+        let two = |s: &mut Vec<i64>| {
+            complex_tensor(s, &[4, 8]);
+            complex_tensor(s, &[4, 8]);
+        };
+        let one = |s: &mut Vec<i64>| complex_tensor(s, &[4, 8]);
+        assert_eq!(price("aten::add", &two), Ok(64));
+        assert_eq!(price("aten::sub_", &two), Ok(64));
+        assert_eq!(price("aten::mul", &two), Ok(192));
+        assert_eq!(price("aten::mul_", &two), Ok(192));
+        assert_eq!(price("aten::div", &two), Ok(352));
+        assert_eq!(price("aten::abs", &one), Ok(128));
+        assert_eq!(price("aten::exp", &one), Ok(160));
+        assert_eq!(price("aten::sgn", &one), Ok(192));
+        assert_eq!(price("aten::reciprocal", &one), Ok(192));
+        assert_eq!(price("aten::angle", &one), Ok(32));
+        assert_eq!(price("aten::neg", &one), Ok(64));
+        // A complex tensor times a real scalar: the kernel multiplies in complex, 6 each.
+        assert_eq!(
+            price("aten::mul", &|s: &mut Vec<i64>| {
+                complex_tensor(s, &[4, 8]);
+                double(s, 2.0);
+            }),
+            Ok(192)
+        );
+        // A complex sum adds both parts: 2 per element.
+        assert_eq!(price("aten::sum", &one), Ok(64));
+        // The same shapes in real arithmetic: 1 per element.
+        assert_eq!(price("aten::mul", &|s: &mut Vec<i64>| tensor(s, &[4, 8])), Ok(32));
+        // No complex count stated (tanh): partial, never the real price.
+        assert_eq!(price("aten::tanh", &one), Err(FormulaError::Complex));
+        // Every row that states a complex cost is pointwise or a reduction, whose real count the
+        // factor multiplies, and says so in docs/formulas.md.
+        for f in FORMULAS.iter().filter(|f| f.complex.is_some()) {
+            assert!(matches!(f.category, Category::Pointwise | Category::Reduction), "{}", f.operator);
+            assert!(f.formula.contains("complex: `x"), "{}", f.operator);
+        }
     }
 
     #[test]

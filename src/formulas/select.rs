@@ -136,34 +136,44 @@ pub fn index_add(args: &Args) -> Result<u64, FormulaError> {
     mul(n, if args.scalar(4).unwrap_or(1.0) == 1.0 { 1 } else { 2 })
 }
 
-/// Elements gathered into bags: `indices` x the embedding width `width`, doubled when the
-/// argument `weights` holds per-sample weights (a multiply each).
-fn bagged(args: &Args, indices: usize, width: u64, weights: usize) -> Result<u64, FormulaError> {
-    let n = mul(require_tensor(args, indices)?.numel().ok_or(FormulaError::Overflow)?, width)?;
-    mul(n, if args.has_tensor(weights) { 2 } else { 1 })
+/// Elements gathered into bags: the ids at `indices` x the embedding width `width`, doubled
+/// when the argument `weights` holds per-sample weights (a multiply each). With a padding index
+/// (the argument `padding` >= 0) the kernel skips the ids equal to it, a count that depends on
+/// the ids' values: the shim reads them (on the CPU) and hands over how many are kept
+/// (`Args::data`); ids it cannot read leave the call data-dependent, never priced as if none
+/// were padding.
+fn bagged(args: &Args, indices: usize, width: u64, weights: usize, padding: usize) -> Result<u64, FormulaError> {
+    let ids = match args.int(padding) {
+        Some(p) if p >= 0 => {
+            let kept = args.data().ok_or(FormulaError::DataDependent)?;
+            u64::try_from(kept).map_err(|_| FormulaError::UnexpectedShape)?
+        }
+        _ => require_tensor(args, indices)?.numel().ok_or(FormulaError::Overflow)?,
+    };
+    mul(mul(ids, width)?, if args.has_tensor(weights) { 2 } else { 1 })
 }
 
 /// `_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
-/// per_sample_weights, ...)` (and `_embedding_bag_forward_only`): every looked-up row
-/// accumulated into its bag (sum, mean or max alike).
+/// per_sample_weights, include_last_offset, padding_idx)` (and `_embedding_bag_forward_only`):
+/// every looked-up row that is not padding accumulated into its bag (sum, mean or max alike).
 pub fn embedding_bag(args: &Args) -> Result<u64, FormulaError> {
     let width = dim(&require_tensor(args, 0)?, 1)?;
-    bagged(args, 1, width, 6)
+    bagged(args, 1, width, 6, 8)
 }
 
 /// `_embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
-/// num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, ...)`: every looked-up row
-/// receives its bag's gradient.
+/// num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx)`: every
+/// looked-up row that is not padding receives its bag's gradient.
 pub fn embedding_bag_backward(args: &Args) -> Result<u64, FormulaError> {
     let width = dim(&require_tensor(args, 0)?, 1)?;
-    bagged(args, 1, width, 10)
+    bagged(args, 1, width, 10, 11)
 }
 
 /// `_embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
-/// num_weights, scale_grad_by_freq, mode, per_sample_weights, ...)`.
+/// num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx)`.
 pub fn embedding_bag_dense_backward(args: &Args) -> Result<u64, FormulaError> {
     let width = dim(&require_tensor(args, 0)?, 1)?;
-    bagged(args, 1, width, 8)
+    bagged(args, 1, width, 8, 9)
 }
 
 /// `trace(self)`: the diagonal's `min(rows, columns)` elements added.
@@ -451,6 +461,53 @@ mod tests {
         );
         assert_eq!(backward, Ok(40));
         assert_eq!(with_args(|s| tensor(s, &[3, 5]), trace), Ok(3));
+    }
+
+    #[test]
+    fn embedding_bags_with_a_padding_index_count_the_kept_ids() {
+        // weight [50, 16], 20 ids of which 7 are padding_idx 0: 13 x 16 = 208 accumulated.
+        let bag = |padding: i64, kept: Option<i64>| {
+            with_args(
+                |s| {
+                    tensor(s, &[50, 16]);
+                    tensor(s, &[20]);
+                    tensor(s, &[4]);
+                    boolean(s, false);
+                    int(s, 1);
+                    boolean(s, false);
+                    none(s);
+                    boolean(s, false);
+                    int(s, padding);
+                    if let Some(kept) = kept {
+                        data(s, kept);
+                    }
+                },
+                embedding_bag,
+            )
+        };
+        assert_eq!(bag(0, Some(13)), Ok(208));
+        // Without the shim's count of the ids the kernel keeps: data-dependent, never 320.
+        assert_eq!(bag(0, None), Err(FormulaError::DataDependent));
+        // No padding index (-1): every id, 320.
+        assert_eq!(bag(-1, None), Ok(320));
+        // The dense backward skips the padding ids too: grad [4, 16], 13 kept: 208.
+        let backward = with_args(
+            |s| {
+                tensor(s, &[4, 16]);
+                tensor(s, &[20]);
+                tensor(s, &[20]);
+                tensor(s, &[4]);
+                tensor(s, &[4]);
+                int(s, 50);
+                boolean(s, false);
+                int(s, 1);
+                none(s);
+                int(s, 0);
+                data(s, 13);
+            },
+            embedding_bag_dense_backward,
+        );
+        assert_eq!(backward, Ok(208));
     }
 
     #[test]

@@ -3,6 +3,12 @@
 //! 2 FLOPs per stored value per element of the dense operand's other dimension. Stored values
 //! include the explicit zeros of stored blocks (BSR/BSC), which the kernel multiplies too.
 //! A product of two sparse operands depends on how their non-zeros meet: not priced.
+//!
+//! `add`/`add_`/`sub`/`sub_` of a dense and a sparse operand (an `nn.Embedding(sparse=True)`
+//! gradient applied by SGD, `param.add_(grad, alpha=-lr)`): the kernel adds each stored value
+//! into the dense tensor, 1 FLOP per stored value (the dense pointwise convention, per element
+//! actually added). Two sparse operands merge where their indices meet (data-dependent): not
+//! priced.
 
 use super::{matmul, FormulaError};
 use crate::args::{Arg, Args, SparseMeta, TensorMeta};
@@ -76,6 +82,15 @@ pub fn addmv(args: &Args) -> Result<u64, FormulaError> {
     }
     let products = vector_product(args, 1, 2, matmul::addmv)?;
     super::add(products, matmul::accumulate(args, 0, 3, 4, first(dims(args, 1)?)?)?)
+}
+
+/// `add(self, other, alpha)` (and `add_`, `sub`, `sub_`) with one sparse operand: 1 per stored value.
+pub fn add(args: &Args) -> Result<u64, FormulaError> {
+    match (args.get(0), args.get(1)) {
+        (Some(Arg::Tensor(_)), Some(Arg::Sparse(s))) | (Some(Arg::Sparse(s)), Some(Arg::Tensor(_))) => stored(&s),
+        (Some(Arg::Sparse(s)), _) | (_, Some(Arg::Sparse(s))) => Err(FormulaError::SparseLayout(s.layout)),
+        _ => Err(FormulaError::MissingTensor(1)),
+    }
 }
 
 fn stored(s: &SparseMeta) -> Result<u64, FormulaError> {
@@ -214,6 +229,38 @@ mod tests {
             bmm,
         );
         assert_eq!(f, Ok(144));
+    }
+
+    #[test]
+    fn dense_plus_sparse_counts_stored_values() {
+        // An embedding gradient (hybrid COO [100, 16], 5 looked-up rows: 80 stored values)
+        // applied by SGD, weight.add_(grad, alpha=-lr): 80 adds (dense would be 1,600).
+        let f = with_args(
+            |s| {
+                tensor(s, &[100, 16]);
+                sparse(s, 1, 80, &[100, 16]);
+                double(s, -0.1);
+            },
+            add,
+        );
+        assert_eq!(f, Ok(80));
+        let sparse_first = with_args(
+            |s| {
+                sparse(s, 1, 80, &[100, 16]);
+                tensor(s, &[100, 16]);
+            },
+            add,
+        );
+        assert_eq!(sparse_first, Ok(80));
+        // Two sparse operands merge where their indices meet: not priced.
+        let both = with_args(
+            |s| {
+                sparse(s, 1, 80, &[100, 16]);
+                sparse(s, 1, 32, &[100, 16]);
+            },
+            add,
+        );
+        assert_eq!(both, Err(FormulaError::SparseLayout(1)));
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub trait OpEvent {
     fn collective_inputs(&self) -> &[i64] {
         self.inputs()
     }
+    /// The inputs and a `DATA` record of what a data-dependent formula needs from the tensors'
+    /// values (`args.rs`), where the shim can read it; read only after a formula returned
+    /// `DataDependent`, never on the per-operator path.
+    fn data_inputs(&self) -> &[i64] {
+        self.inputs()
+    }
     /// Appends the encoded outputs to `out`; only called for a custom formula's call (`Decision::CAPTURE`).
     fn read_outputs(&self, out: &mut Vec<i64>);
     /// The call's route, `2 * backend + through_autograd` (`c10::BackendComponent`), 255 when
@@ -583,6 +589,19 @@ impl Session {
                 priced
             }
         };
+        // A count that depends on the tensors' values: priced again from what the shim reads of
+        // them (never remembered: the next call with these shapes may hold other values).
+        let result = match result {
+            Err(FormulaError::DataDependent) => {
+                let inputs = event.data_inputs();
+                if index_stream(inputs, &mut self.offsets) {
+                    formulas::FORMULAS[index].price(&Args::new(inputs, &self.offsets))
+                } else {
+                    Err(FormulaError::UnexpectedShape)
+                }
+            }
+            other => other,
+        };
         let category = formulas::FORMULAS[index].category;
         match result {
             Ok(flops) => {
@@ -848,12 +867,14 @@ mod tests {
         inputs: Vec<i64>,
         outputs: Vec<i64>,
         children: Vec<Call>,
+        /// What the shim's data read returns (`data_inputs`); empty: the plain inputs.
+        data: Vec<i64>,
     }
 
     fn op(name: &'static str, own_kernel: bool, build: impl FnOnce(&mut Vec<i64>), children: Vec<Call>) -> Call {
         let mut inputs = Vec::new();
         build(&mut inputs);
-        Call { name: Some(name), own_kernel, inputs, outputs: Vec::new(), children }
+        Call { name: Some(name), own_kernel, inputs, outputs: Vec::new(), children, data: Vec::new() }
     }
 
     impl OpEvent for Call {
@@ -868,6 +889,13 @@ mod tests {
         }
         fn inputs(&self) -> &[i64] {
             &self.inputs
+        }
+        fn data_inputs(&self) -> &[i64] {
+            if self.data.is_empty() {
+                &self.inputs
+            } else {
+                &self.data
+            }
         }
         fn read_outputs(&self, out: &mut Vec<i64>) {
             out.extend_from_slice(&self.outputs);
@@ -1056,6 +1084,41 @@ mod tests {
     }
 
     #[test]
+    fn data_dependent_calls_are_priced_from_the_data_read_and_never_remembered() {
+        // _embedding_bag(weight [50, 16], ids [20], offsets [4], ..., padding_idx 0): the shape
+        // alone does not say how many ids are padding. The shim's data read says 13, then 20,
+        // for two calls of the same shapes: 13 x 16 + 20 x 16 = 208 + 320; a third call whose
+        // ids cannot be read is a formula error (partial), not the last price.
+        let bag = |kept: Option<i64>| {
+            let build = |s: &mut Vec<i64>| {
+                tensor(s, &[50, 16]);
+                tensor(s, &[20]);
+                tensor(s, &[4]);
+                boolean(s, false);
+                int(s, 1);
+                boolean(s, false);
+                none(s);
+                boolean(s, false);
+                int(s, 0);
+            };
+            let mut call = op("aten::_embedding_bag", true, build, vec![]);
+            if let Some(kept) = kept {
+                build(&mut call.data);
+                data(&mut call.data, kept);
+            }
+            call
+        };
+        let mut s = Session::new(Config::default());
+        run(&mut s, &[bag(Some(13)), bag(Some(20))], Phase::Forward);
+        run(&mut s, &[bag(None)], Phase::Forward);
+        let r = report(s);
+        assert_eq!(r.by_operator["aten._embedding_bag"], 528);
+        assert_eq!(r.total.known_value, Some(528));
+        assert_eq!(r.total.status, Status::Partial);
+        assert!(r.diagnostics.iter().any(|d| d.message.contains("depends on the data")));
+    }
+
+    #[test]
     fn integer_kernels_are_counted_apart_from_flops() {
         let mut s = Session::new(Config::default());
         let int_mm = |a: &mut Vec<i64>| {
@@ -1143,6 +1206,7 @@ mod tests {
             inputs: vec![],
             outputs: vec![],
             children: vec![op("aten::mm", true, mm_args, vec![])],
+            data: vec![],
         }];
         run(&mut s, &calls, Phase::Forward);
         assert!(s.cache.len() == 1, "only aten::mm is cached");
@@ -1331,8 +1395,14 @@ mod tests {
         let a = op(composite, false, |_| {}, vec![op("aten::mm", true, mm_args, vec![])]);
         let at = |key: &str| forward_call(key);
         s.on_op_start(at(composite), &a);
-        let b =
-            Call { name: Some("mylib::thing"), own_kernel: true, inputs: vec![], outputs: vec![], children: vec![] };
+        let b = Call {
+            name: Some("mylib::thing"),
+            own_kernel: true,
+            inputs: vec![],
+            outputs: vec![],
+            children: vec![],
+            data: vec![],
+        };
         assert_eq!(finish(&mut s, at(&with_kernel), &b, true), Decision(Decision::SKIP.0 | Decision::PENDING));
         let r = report(s);
         assert_eq!(r.total.status, Status::Partial);
@@ -1717,7 +1787,8 @@ mod tests {
         // A custom autograd Function's forward event (not an operator) creates node 17 in
         // Net; the node's backward work is Net's.
         let mut s = Session::new(Config::default());
-        let function = Call { name: None, own_kernel: false, inputs: vec![], outputs: vec![], children: vec![] };
+        let function =
+            Call { name: None, own_kernel: false, inputs: vec![], outputs: vec![], children: vec![], data: vec![] };
         s.scopes_mut().push("Net");
         let start = OpCall {
             key: 1,

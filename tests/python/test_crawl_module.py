@@ -353,6 +353,29 @@ def test_lazy_modules_are_counted_as_their_forward_leaves_them():
     assert summary(nn.Sequential(nn.LazyLinear(3)), (4,))["totals"]["parameters"]["value"] == 15
 
 
+def test_a_parameter_replaced_in_the_first_forward_is_counted():
+    # torchinfo's own test `uninitialized_tensor`: the forward assigns a new Parameter in place
+    # of the UninitializedParameter (not materialized in place): 128 parameters, as torchinfo says.
+    class UninitializedParameterModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.param = nn.UninitializedParameter()
+
+        def init_param(self):
+            self.param = nn.Parameter(torch.zeros(128))
+
+        def forward(self, x):
+            self.init_param()
+            return x
+
+    report = crawl_module(UninitializedParameterModel(), (2, 2))
+    assert report["totals"]["parameters"]["value"] == 128
+    assert report["totals"]["trainable_parameters"]["value"] == 128
+    assert report["totals"]["parameter_bytes"]["value"] == 128 * 4
+    assert report["layers"][0]["parameters"]["trainable"] == 128
+    assert "uninitialized_parameters" not in {d["code"] for d in report["diagnostics"]}
+
+
 def test_a_parameter_left_uninitialized_is_unavailable_not_a_crash():
     class Holder(nn.Module):
         def __init__(self):

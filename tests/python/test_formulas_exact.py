@@ -197,6 +197,41 @@ def test_multihead_attention_fast_path_is_counted_where_flop_counter_mode_sees_n
     assert slow_report["by_operator"]["aten.add_"] >= 360
 
 
+def test_transformer_encoder_with_a_padding_mask_counts_the_tokens_it_keeps():
+    """nn.TransformerEncoder in eval + no_grad with src_key_padding_mask takes the nested-tensor
+    fast path: the padded tokens are dropped. _native_multi_head_attention on the nested query is
+    a composite whose dense operators are counted, exactly for the mask given."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[False] * 5, [False, False, False, True, True]])  # 5 + 3 = 8 tokens kept
+    with torch.no_grad():
+        report = torchscan.measure_flops(lambda: encoder(x, src_key_padding_mask=mask))
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    # Per layer, on the 8 kept tokens: Q/K/V projection mm 2*8*16*48 = 12,288; output projection
+    # 2*8*16*16 = 4,096 and the second feed-forward linear 2*8*32*16 = 8,192 (addmm); the first
+    # 2*8*16*32 = 8,192 + its ReLU 8*32 = 8,448 (_addmm_activation). The attention products run
+    # on the padded batch (2 sequences x 2 heads, 5 x 5, head width 8): 2 bmm x 2*4*5*5*8 = 3,200.
+    # Softmax of each sequence's scores (2 heads x 5 x 5 and 2 x 3 x 3 = 68 elements) x 5 = 340.
+    # Bias and 1/sqrt(d) scale of the 8 x 48 stored q/k/v elements: 384 + 128 = 512. Two layer
+    # norms 2 x 8*16*5 = 1,280; two residual adds 2 x 128 = 256. Twice (2 layers); and the mask's
+    # two logical_not (10 each).
+    expected = {
+        "aten.mm": 2 * 12_288,
+        "aten.addmm": 2 * (4_096 + 8_192),
+        "aten._addmm_activation": 2 * 8_448,
+        "aten.bmm": 2 * 3_200,
+        "aten._softmax": 2 * 340,
+        "aten._transform_bias_rescale_qkv": 2 * 512,
+        "aten.native_layer_norm": 2 * 1_280,
+        "aten.add_": 2 * 256,
+        "aten.logical_not": 20,
+    }
+    assert report["by_operator"] == expected
+    assert report["total"]["value"] == sum(expected.values()) == 77_244
+
+
 def test_transformer_era_conventions():
     x = torch.randn(2, 3, 4)
     ln = torch.nn.LayerNorm(4)

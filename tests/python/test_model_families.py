@@ -50,12 +50,44 @@ def test_detection_operators_by_hand():
     assert report["by_operator"]["torchvision._roi_align_backward"] == 48 * 17
 
 
-def test_adaptive_roi_align_is_named_not_guessed():
-    features, rois = torch.rand(1, 4, 16, 16), torch.tensor([[0, 0.0, 0.0, 8.0, 8.0]])
-    report = torchscan.measure_flops(lambda: torchvision.ops.roi_align(features, rois, 2, 0.5, sampling_ratio=0))
-    assert report["total"]["status"] == "partial"
-    (diagnostic,) = report["diagnostics"]
-    assert diagnostic["operator"] == "torchvision.roi_align" and "depends on the data" in diagnostic["message"]
+def test_adaptive_roi_align_counts_each_box_sampling_grid():
+    # sampling_ratio <= 0: each box samples ceil(h / 2) x ceil(w / 2) points per bin, from its
+    # size, which the shim reads from the boxes. At spatial scale 0.5: box 1 is 4 x 4 (grid
+    # 2 x 2 = 4 points), box 2 is 4 wide (x 0.5..4.5) and 6.5 high (y 1..7.5): grid 4 x 2 = 8.
+    # 4 channels x 2 x 2 bins = 16 outputs per box: forward 16 (5 x 4 + 1) + 16 (5 x 8 + 1) =
+    # 336 + 656 = 992; backward 16 (4 x 4 + 1) + 16 (4 x 8 + 1) = 272 + 528 = 800.
+    features = torch.rand(1, 4, 16, 16, requires_grad=True)
+    rois = torch.tensor([[0, 0.0, 0.0, 8.0, 8.0], [0, 1.0, 2.0, 9.0, 15.0]])
+    report = complete(lambda: torchvision.ops.roi_align(features, rois, 2, 0.5, sampling_ratio=0).sum().backward())
+    assert report["by_operator"]["torchvision.roi_align"] == 992
+    assert report["by_operator"]["torchvision._roi_align_backward"] == 800
+    # The same shapes with other boxes: the count follows them (no price remembered by shape).
+    small = torch.tensor([[0, 0.0, 0.0, 2.0, 2.0], [0, 0.0, 0.0, 2.0, 2.0]])
+    report = complete(lambda: torchvision.ops.roi_align(features, small, 2, 0.5, sampling_ratio=0))
+    # Each box 1 x 1 (not aligned: at least 1): grid 1 x 1: 2 x 16 x (5 + 1) = 192.
+    assert report["by_operator"]["torchvision.roi_align"] == 192
+
+
+def test_maskrcnn_training_step_is_complete():
+    # The mask targets are RoI Aligned with an adaptive sampling ratio (roi_heads.project_masks_on_boxes):
+    # priced from the boxes, so the whole training step is complete.
+    torch.manual_seed(0)
+    model = _DETECTION.maskrcnn_resnet50_fpn(**_NO_WEIGHTS, min_size=128, max_size=128).train()
+    images = [torch.rand(3, 128, 128) for _ in range(2)]
+    masks = torch.zeros(1, 128, 128, dtype=torch.uint8)
+    masks[0, 10:70, 10:60] = 1
+    targets = [
+        {"boxes": torch.tensor([[10.0, 10.0, 60.0, 70.0]]), "labels": torch.tensor([1]), "masks": masks}
+        for _ in range(2)
+    ]
+
+    def step():
+        sum(model(images, targets).values()).backward()
+
+    report = complete(step)
+    assert report["by_operator"]["torchvision.roi_align"] > 0
+    assert report["by_operator"]["torchvision._roi_align_backward"] > 0
+    assert report["by_phase"]["backward"]["value"] > 0
 
 
 _DETECTION = torchvision.models.detection

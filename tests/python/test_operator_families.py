@@ -179,6 +179,48 @@ def test_scattered_accumulation_and_embedding_bags():
     assert sum(v for k, v in report["by_operator"].items() if "embedding_bag" in k and "backward" in k) == 8 * 5
 
 
+def test_sparse_embedding_trained_by_sgd_is_priced_by_stored_values():
+    # nn.Embedding(sparse=True): the gradient is a sparse COO tensor of the 6 looked-up rows (id 5
+    # twice, uncoalesced) x 16: 96 stored values; SGD's weight.add_(grad, alpha=-lr) adds each
+    # once: 96 (a dense price would be 100 x 16 = 1,600). The loss's sum: 96.
+    torch.manual_seed(0)
+    embedding = nn.Embedding(100, 16, sparse=True)
+    optimizer = torch.optim.SGD(embedding.parameters(), lr=0.1)
+    ids = torch.tensor([[1, 5, 7], [5, 9, 2]])
+
+    def step():
+        optimizer.zero_grad()
+        embedding(ids).sum().backward()
+        optimizer.step()
+
+    report = report_of(step)
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["by_operator"] == {"aten.sum": 96, "aten.add_": 96}
+
+
+def test_embedding_bag_with_padding_counts_the_ids_the_kernel_accumulates():
+    # 20 ids in 4 bags, 7 of them padding_idx 0: the kernel accumulates 13 rows of 16 = 208 (not
+    # 320, every id); the shim reads the ids, so the count is exact and complete. Its gradient
+    # reaches the same 13 rows: 208.
+    torch.manual_seed(0)
+    bag = nn.EmbeddingBag(50, 16, mode="mean", padding_idx=0)
+    ids = torch.tensor([0, 3, 0, 7, 9, 0, 0, 12, 4, 0, 5, 6, 0, 8, 0, 11, 13, 14, 15, 2])
+    offsets = torch.tensor([0, 5, 10, 15])
+    assert int((ids != 0).sum()) == 13
+    with torch.no_grad():
+        report = report_of(lambda: bag(ids, offsets))
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["by_operator"] == {"aten._embedding_bag": 208}
+    report = report_of(lambda: bag(ids, offsets).sum().backward())
+    assert report["total"]["status"] == "complete", report["diagnostics"]
+    assert report["by_operator"]["aten._embedding_bag"] == 208
+    assert sum(v for k, v in report["by_operator"].items() if "embedding_bag" in k and "backward" in k) == 208
+    # Other ids, same shapes: the count follows the data (no price remembered by shape).
+    with torch.no_grad():
+        none_padded = report_of(lambda: bag(ids + 1, offsets))
+    assert none_padded["by_operator"] == {"aten._embedding_bag": 320, "aten.add": 20}  # ids + 1: 20
+
+
 def test_grid_sampling_and_pairwise_distances():
     x = torch.randn(1, 3, 8, 8, requires_grad=True)
     grid = torch.rand(1, 4, 4, 2) * 2 - 1

@@ -556,24 +556,90 @@ def test_complex_matrix_products_count_four_real_products_per_mac():
     assert counted(lambda: a.cdouble() @ b.cdouble())["total"]["value"] == 480
 
 
-def test_complex_pointwise_is_partial():
+def test_complex_pointwise_counts_real_flops():
+    a, b = torch.randn(4, 5, dtype=torch.cfloat), torch.randn(4, 5, dtype=torch.cfloat)
+    # 20 complex elements. Per element: add 2, mul 6 (ac - bd, ad + bc), div 11, abs 4
+    # (2 squares, an add, a root), exp 5 (e^a, cos b, sin b, 2 products); sum 2 per element.
+    assert counted(lambda: a + b)["by_operator"] == {"aten.add": 40}
+    assert counted(lambda: a * b)["by_operator"] == {"aten.mul": 120}
+    assert counted(lambda: a / b)["by_operator"] == {"aten.div": 220}
+    assert counted(lambda: a.abs())["by_operator"] == {"aten.abs": 80}
+    assert counted(lambda: a.exp())["by_operator"] == {"aten.exp": 100}
+    assert counted(lambda: a.sum())["by_operator"] == {"aten.sum": 40}
+    c = a.clone()
+    # In place, and by a real scalar (promoted: a complex multiply, 6 each).
+    assert counted(lambda: c.mul_(2.0))["by_operator"] == {"aten.mul_": 120}
+
+
+def test_complex_pointwise_without_a_stated_count_is_partial():
     a = torch.randn(4, 5, dtype=torch.cfloat)
-    report = torchscan.measure_flops(lambda: a + a)
+    report = torchscan.measure_flops(lambda: torch.tanh(a))
     assert report["total"]["status"] == "partial"
     assert report["total"]["known_value"] == 0
     [diagnostic] = report["diagnostics"]
-    assert (diagnostic["code"], diagnostic["operator"]) == ("formula_error", "aten.add")
+    assert (diagnostic["code"], diagnostic["operator"]) == ("formula_error", "aten.tanh")
     assert "complex operands" in diagnostic["message"]
 
 
 def test_complex_conv2d_counts_the_real_convolutions_that_ran():
     x, w = torch.randn(1, 2, 5, 5, dtype=torch.cfloat), torch.randn(3, 2, 3, 3, dtype=torch.cfloat)
-    report = torchscan.measure_flops(lambda: F.conv2d(x, w))
-    # On the CPU conv2d decomposes a complex convolution into 3 real ones (Gauss's trick), each
-    # 2 * 27 outputs * 2*3*3 MACs; the final complex add is partial.
-    assert report["by_operator"]["aten.convolution"] == 3 * (2 * 3 * 3 * 3 * 2 * 3 * 3)
-    assert report["total"]["status"] == "partial"
-    assert [(d["code"], d["operator"]) for d in report["diagnostics"]] == [("formula_error", "aten.add")]
+    report = counted(lambda: F.conv2d(x, w))
+    # On the CPU conv2d decomposes a complex convolution into 3 real ones (Gauss's trick: a, b,
+    # c = conv(xr + xi, wr + wi)), each 2 * 27 outputs * 2*3*3 MACs, and combines them as
+    # a - b + 1j * (c - a - b): the real part sums 50 + 54 (add), 3 x 27 real subtracts, 27
+    # multiplies by 1j (complex: 6 each) and the complex add of the parts (2 each).
+    assert report["by_operator"] == {
+        "aten.convolution": 3 * (2 * 3 * 3 * 3 * 2 * 3 * 3),
+        "aten.add": 50 + 54 + 2 * 27,
+        "aten.sub": 3 * 27,
+        "aten.mul": 6 * 27,
+    }
+
+
+class _SpectralConv2d(nn.Module):
+    """A Fourier neural operator's spectral convolution: rfft2, a complex product of the kept
+    modes with complex weights, irfft2."""
+
+    def __init__(self, channels, modes):
+        super().__init__()
+        self.modes = modes
+        self.weight = nn.Parameter(torch.randn(channels, channels, modes, modes, dtype=torch.cfloat) * 0.1)
+
+    def forward(self, x):
+        m = self.modes
+        x_ft = torch.fft.rfft2(x)
+        out_ft = torch.zeros(*x.shape[:2], x.size(-2), x.size(-1) // 2 + 1, dtype=torch.cfloat)
+        out_ft[:, :, :m, :m] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, :m, :m], self.weight)
+        return torch.fft.irfft2(out_ft, s=(x.size(-2), x.size(-1)))
+
+
+def test_fourier_neural_operator_is_complete_forward_and_training():
+    torch.manual_seed(0)
+    spectral, pointwise = _SpectralConv2d(4, 3), nn.Conv2d(4, 4, 1)
+    x = torch.randn(2, 4, 8, 8)
+
+    def forward():
+        return F.gelu(spectral(x) + pointwise(x))
+
+    with torch.no_grad():
+        report = counted(forward)
+    # rfft2 of [2, 4, 8, 8]: 512 elements x 5 x (log2 8 + log2 8) / 2 (real input) = 7,680;
+    # irfft2 the same + its 1/n scaling, 1 per real output: 8,192. The kept modes' complex
+    # product, a bmm over the 3 x 3 modes of [2, 4] @ [4, 4]: 4 x 2*9*2*4*4 = 2,304. The 1x1
+    # convolution 2*512*4 = 4,096, the add and the GELU 512 each.
+    assert report["by_operator"] == {
+        "aten._fft_r2c": 7_680,
+        "aten._fft_c2r": 8_192,
+        "aten.bmm": 2_304,
+        "aten.convolution": 4_096,
+        "aten.add": 512,
+        "aten.gelu": 512,
+    }
+    report = counted(lambda: forward().square().mean().backward())
+    assert report["by_phase"]["backward"]["value"] > 0
+    # irfft2's backward is an rfft2 whose inner one-sided columns (3 of the 5) are doubled in
+    # place: a complex value times 2, a complex multiply, 6 each: 6 x 2*4*8*3 = 1,152.
+    assert report["by_operator"]["aten.mul_"] == 6 * 2 * 4 * 8 * 3
 
 
 # Rule 7: CPU peak memory follows the blocks allocated during this measurement.
