@@ -165,7 +165,6 @@ def test_adagrad_foreach_multiplies_by_the_learning_rate_in_a_kernel_of_its_own(
 # ---- Linear layers: F.linear, matmul + add, vmap ----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="bias convention: 43c")
 def test_linear_equals_matmul_plus_add():
     x, linear = torch.randn(8, 16), nn.Linear(16, 32)
     # 2 * 8 * 16 * 32 products + 8 * 32 bias adds.
@@ -180,7 +179,6 @@ def test_vmap_matmul_equals_the_batched_call():
     assert total(lambda: vmap(lambda t: t @ weight.t())(xb)) == batched == 2 * 5 * 8 * 16 * 32
 
 
-@pytest.mark.xfail(strict=True, reason="bias convention: 43c")
 def test_vmap_linear_equals_the_batched_call():
     xb, linear = torch.randn(5, 8, 16), nn.Linear(16, 32)
     batched = total(lambda: F.linear(xb, linear.weight, linear.bias))
