@@ -36,8 +36,8 @@ def test_conv2d_report_matches_hand_computed_values():
     assert metrics["module_flops"]["value"] == 388_800
     assert metrics["macs"]["value"] == 194_400
     assert metrics["dmas"]["value"] == 201_824
-    # PyTorch's convention, 2 per multiply-accumulate without the bias: the same 388_800 here.
-    assert metrics["operator_flops"]["value"] == 2 * 7200 * 27
+    # 2 per multiply-accumulate and the bias add 1 per output (the bias convention): 396_000.
+    assert metrics["operator_flops"]["value"] == 2 * 7200 * 27 + 7200 == 396_000
     assert (metrics["receptive_field"]["value"], metrics["effective_stride"]["value"]) == (3, 1)
     totals = report["totals"]
     assert totals["module_flops"]["value"] == 388_800
@@ -59,7 +59,7 @@ def test_resnet18_layer_operator_flops_add_up():
     conv1 = by_path["conv1"]["metrics"]["operator_flops"]["value"]
     assert conv1 == 2 * 64 * 3 * 49 * 32 * 32  # its own convolution: 2 * C_out * C_in * k^2 * out pixels
     fc = by_path["fc"]["metrics"]["operator_flops"]["value"]
-    assert fc == 2 * 512 * 1000
+    assert fc == 2 * 512 * 1000 + 1000  # the products and the bias adds
     # Every convolution leaf's operator FLOPs are its own: 2 per multiply-accumulate of its MACs.
     convs = [layer for layer in report["layers"] if layer["type"] == "Conv2d"]
     assert len(convs) == 20
@@ -213,16 +213,17 @@ def test_summary_prints_the_table_and_returns_the_report(capsys):
     report = summary(nn.Conv2d(3, 8, 3), (3, 32, 32))
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
     # The table the torchscan command prints: parameters and buffers apart, each call's operator
-    # FLOPs (2 x 8 x 27 x 30 x 30 = 388,800), the root named by its type (as by_module labels it).
+    # FLOPs (2 x 8 x 27 x 30 x 30 = 388,800 and the bias adds 8 x 30 x 30 = 7,200), the root
+    # named by its type (as by_module labels it).
     assert lines[1] == "Layer   Type    Output Shape    Param #  Buffers  Trainable    FLOPs"
-    assert lines[3] == "Conv2d  Conv2d  (1, 8, 30, 30)      224        0  True       388,800"
-    assert report["operator_flops"]["by_module"] == {"Conv2d": 388_800}
+    assert lines[3] == "Conv2d  Conv2d  (1, 8, 30, 30)      224        0  True       396,000"
+    assert report["operator_flops"]["by_module"] == {"Conv2d": 396_000}
     # torchscan 0.2's footer lines: 8 x 27 weights and 8 biases, all trainable.
     assert lines[5:8] == ["Trainable params: 224", "Non-trainable params: 0", "Total params: 224"]
     assert "Model size (params + buffers): 0.00 MB (parameters 0.00 MB, buffers 0.00 MB; 1 MB = 10^6 bytes)" in lines
     assert "Module-formula FLOPs (torchscan 0.2's method): 388.80 kFLOPs" in lines
-    # PyTorch's convention (2 per multiply-accumulate, no bias) lands on the same number here.
-    assert "Operator FLOPs (the kernels that ran, the FLOPs column): 388.80 kFLOPs" in lines
+    # The kernels' count: 2 per multiply-accumulate and 1 per bias add.
+    assert "Operator FLOPs (the kernels that ran, the FLOPs column): 396.00 kFLOPs" in lines
     assert report["totals"] == crawl_module(nn.Conv2d(3, 8, 3), (3, 32, 32))["totals"]
 
 
@@ -233,10 +234,10 @@ def test_summary_at_a_depth_counts_what_each_row_holds(capsys):
     summary(model, (4,), max_depth=1)
     lines = capsys.readouterr().out.splitlines()
     # Linear(4, 3): 12 weights + 3 biases; Linear(3, 2) without bias: 6 frozen weights;
-    # 2 x 12 and 2 x 6 FLOPs, 3 for the ReLU.
-    assert lines[3].split() == ["Sequential", "Sequential", "(1,", "2)", "21", "0", "Partly", "39"]
-    # The ReLU's 3 FLOPs (one per element) in its Sequential's.
-    assert lines[4].split() == ["├─0", "Sequential", "(1,", "3)", "15", "0", "True", "27"]
+    # 2 x 12 and 2 x 6 FLOPs, 3 bias adds, 3 for the ReLU.
+    assert lines[3].split() == ["Sequential", "Sequential", "(1,", "2)", "21", "0", "Partly", "42"]
+    # The bias adds' 3 and the ReLU's 3 FLOPs (one per element) in its Sequential's.
+    assert lines[4].split() == ["├─0", "Sequential", "(1,", "3)", "15", "0", "True", "30"]
     assert lines[5].split() == ["├─1", "Linear", "(1,", "2)", "6", "0", "False", "12"]
     assert lines[6].startswith("=")
     assert lines[7:10] == ["Trainable params: 15", "Non-trainable params: 6", "Total params: 21"]
@@ -334,7 +335,7 @@ def test_module_calls_from_other_threads_are_not_recorded():
     report = crawl_module(_CallsInAnotherThread(), args=(torch.rand(2, 4),))
     assert [layer["path"] for layer in report["layers"]] == ["", "here"]
     flops = report["totals"]["operator_flops"]
-    assert (flops["status"], flops["known_value"]) == ("partial", 2 * 2 * 4 * 4)
+    assert (flops["status"], flops["known_value"]) == ("partial", 2 * 2 * 4 * 4 + 2 * 4)  # products, bias adds
     assert any(d["code"] == "unfollowed_threads" for d in report["diagnostics"])
 
 
@@ -449,10 +450,10 @@ def test_torchscript_submodules_are_named_as_unseen_never_counted_complete():
     assert (totals["module_flops"]["status"], totals["module_flops"]["known_value"]) == ("partial", 12)
     assert {(d["code"], d["path"]) for d in report["diagnostics"]} == {("scripted_module", "encoder")}
     assert {d["metric"] for d in report["diagnostics"]} == {"module_flops", "macs", "dmas"}
-    # ... while parameters and the operators it runs are counted: addmm 2x3x3 and 2x3x1 (x 2),
-    # the ReLU's 6.
+    # ... while parameters and the operators it runs are counted: addmm 2x3x3 and 2x3x1 (x 2)
+    # with their bias adds (6 and 2), the ReLU's 6.
     assert totals["parameters"]["value"] == 12 + 4
-    assert totals["operator_flops"] == {**totals["operator_flops"], "status": "complete", "value": 36 + 12 + 6}
+    assert totals["operator_flops"] == {**totals["operator_flops"], "status": "complete", "value": 36 + 6 + 12 + 2 + 6}
     with pytest.raises(IncompleteAnalysisError):
         crawl_module(Wrapper(), args=(torch.randn(2, 3),), strict=True)
 
@@ -632,9 +633,9 @@ def test_a_module_under_several_names_is_listed_under_its_caller():
     assert by_path["enc.proj"]["parameters"]["trainable"] == 12
     assert by_path["direct"]["parameters"] == {"trainable": 0, "frozen": 0, "bytes": 0, "shared": True}
     assert report["totals"]["parameters"]["value"] == 12
-    # Each call's operators are its own: 2 x 2 x 3 x 3 each.
-    assert by_path["dec.proj"]["metrics"]["operator_flops"]["value"] == 36
-    assert by_path["dec"]["metrics"]["operator_flops"]["value"] == 36
+    # Each call's operators are its own: 2 x 2 x 3 x 3 each and 2 x 3 bias adds.
+    assert by_path["dec.proj"]["metrics"]["operator_flops"]["value"] == 36 + 6
+    assert by_path["dec"]["metrics"]["operator_flops"]["value"] == 36 + 6
 
 
 def test_a_lazy_layer_is_marked_in_the_report_and_the_table(capsys):

@@ -210,17 +210,18 @@ def test_transformer_encoder_with_a_padding_mask_counts_the_tokens_it_keeps():
         report = torchscan.measure_flops(lambda: encoder(x, src_key_padding_mask=mask))
     assert report["total"]["status"] == "complete", report["diagnostics"]
     # Per layer, on the 8 kept tokens: Q/K/V projection mm 2*8*16*48 = 12,288; output projection
-    # 2*8*16*16 = 4,096 and the second feed-forward linear 2*8*32*16 = 8,192 (addmm); the first
-    # 2*8*16*32 = 8,192 + its ReLU 8*32 = 8,448 (_addmm_activation). The attention products run
+    # 2*8*16*16 = 4,096 and the second feed-forward linear 2*8*32*16 = 8,192 (addmm), each with
+    # its bias adds (the bias convention) 8*16 = 128; the first 2*8*16*32 = 8,192, its bias 8*32 =
+    # 256 and its ReLU 8*32 = 256: 8,704 (_addmm_activation). The attention products run
     # on the padded batch (2 sequences x 2 heads, 5 x 5, head width 8): 2 bmm x 2*4*5*5*8 = 3,200.
     # Softmax of each sequence's scores (2 heads x 5 x 5 and 2 x 3 x 3 = 68 elements) x 5 = 340.
-    # Bias and 1/sqrt(d) scale of the 8 x 48 stored q/k/v elements: 384 + 128 = 512. Two layer
+    # The q/k/v bias (added here, after the plain mm) and 1/sqrt(d) scale of the 8 x 48 stored elements: 384 + 128 = 512. Two layer
     # norms 2 x 8*16*5 = 1,280; two residual adds 2 x 128 = 256. Twice (2 layers); and the mask's
     # two logical_not (10 each).
     expected = {
         "aten.mm": 2 * 12_288,
-        "aten.addmm": 2 * (4_096 + 8_192),
-        "aten._addmm_activation": 2 * 8_448,
+        "aten.addmm": 2 * (4_096 + 128 + 8_192 + 128),
+        "aten._addmm_activation": 2 * 8_704,
         "aten.bmm": 2 * 3_200,
         "aten._softmax": 2 * 340,
         "aten._transform_bias_rescale_qkv": 2 * 512,
@@ -229,7 +230,7 @@ def test_transformer_encoder_with_a_padding_mask_counts_the_tokens_it_keeps():
         "aten.logical_not": 20,
     }
     assert report["by_operator"] == expected
-    assert report["total"]["value"] == sum(expected.values()) == 77_244
+    assert report["total"]["value"] == sum(expected.values()) == 78_268
 
 
 def test_transformer_era_conventions():

@@ -239,10 +239,10 @@ def test_compiled_counts_what_eager_counts(backend):
         eager_inference = total(lambda: net(x))
     eager_step = step(net)
     # RMSNorm(16) on [4, 16]: 4 * 64 + 2 * 4 = 264; the linear's products 2 * 4 * 16 * 16 = 2048
-    # (its bias under the addmm convention); relu 64.
-    assert eager_inference == 264 + 2048 + 64
-    # A training step: that forward (2376), the sum (64), the backward eager runs (4352).
-    assert eager_step == 6792
+    # and its bias adds (the bias convention) 4 * 16 = 64; relu 64.
+    assert eager_inference == 264 + 2048 + 64 + 64
+    # A training step: that forward (2440), the sum (64), the backward eager runs (4352).
+    assert eager_step == 2440 + 64 + 4352
     torch._dynamo.reset()
     compiled = torch.compile(net, backend=backend)
     with torch.no_grad():

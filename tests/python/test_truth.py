@@ -626,12 +626,13 @@ def test_fourier_neural_operator_is_complete_forward_and_training():
     # rfft2 of [2, 4, 8, 8]: 512 elements x 5 x (log2 8 + log2 8) / 2 (real input) = 7,680;
     # irfft2 the same + its 1/n scaling, 1 per real output: 8,192. The kept modes' complex
     # product, a bmm over the 3 x 3 modes of [2, 4] @ [4, 4]: 4 x 2*9*2*4*4 = 2,304. The 1x1
-    # convolution 2*512*4 = 4,096, the add and the GELU 512 each.
+    # convolution 2*512*4 = 4,096 and its bias (the bias convention) 1 per output element, 512;
+    # the add and the GELU 512 each.
     assert report["by_operator"] == {
         "aten._fft_r2c": 7_680,
         "aten._fft_c2r": 8_192,
         "aten.bmm": 2_304,
-        "aten.convolution": 4_096,
+        "aten.convolution": 4_096 + 512,
         "aten.add": 512,
         "aten.gelu": 512,
     }
