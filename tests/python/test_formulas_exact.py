@@ -215,9 +215,9 @@ def test_transformer_encoder_with_a_padding_mask_counts_the_tokens_it_keeps():
     # 256 and its ReLU 8*32 = 256: 8,704 (_addmm_activation). The attention products run
     # on the padded batch (2 sequences x 2 heads, 5 x 5, head width 8): 2 bmm x 2*4*5*5*8 = 3,200.
     # Softmax of each sequence's scores (2 heads x 5 x 5 and 2 x 3 x 3 = 68 elements) x 5 = 340.
-    # The q/k/v bias (added here, after the plain mm) and 1/sqrt(d) scale of the 8 x 48 stored elements: 384 + 128 = 512. Two layer
-    # norms 2 x 8*16*5 = 1,280; two residual adds 2 x 128 = 256. Twice (2 layers); and the mask's
-    # two logical_not (10 each).
+    # The q/k/v bias (added here, after the plain mm) and 1/sqrt(d) scale of the 8 x 48 stored
+    # elements: 384 + 128 = 512. Two layer norms 2 x 8*16*5 = 1,280; two residual adds 2 x 128 =
+    # 256. Twice (2 layers); and the mask's two logical_not (10 each).
     expected = {
         "aten.mm": 2 * 12_288,
         "aten.addmm": 2 * (4_096 + 128 + 8_192 + 128),
