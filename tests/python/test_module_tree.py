@@ -78,6 +78,7 @@ def test_every_row_holds_what_named_modules_says(name):
         # A row is either a call or a container that is never called.
         called = row["layer"] is not None
         assert called == any(layer["path"] == row["path"] for layer in report["layers"])
+
     # Siblings in call order: a row's call (a container's: its first call below) comes before
     # its next sibling's.
     def first_call(index):
