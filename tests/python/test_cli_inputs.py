@@ -253,14 +253,14 @@ def test_train_counts_forward_backward_and_the_optimizer_step_by_hand(tmp_path):
     result = run(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in section(result.stdout, "Training step")[2:]]
-    # Forward: addmm 2*(2*4*3) = 48, the loss sums 6 outputs: 6. Backward (the input needs no
+    # Forward: addmm 2*(2*4*3) = 48 and its 6 bias adds, the loss sums 6 outputs: 6. Backward (the input needs no
     # gradient): the weight's gradient mm 2*(3*2*4) = 48, the bias's sums the batch: 6. SGD:
     # p.add_(grad, alpha=-lr), one FLOP per parameter: 15.
     assert rows == [
-        ["forward", "54", "complete"],
+        ["forward", "60", "complete"],
         ["backward", "54", "complete"],
         ["optimizer", "step", "(sgd)", "15", "complete"],
-        ["total", "123", "complete"],
+        ["total", "129", "complete"],
     ]
 
 
@@ -365,22 +365,23 @@ def test_train_and_memory_reach_the_json_and_the_csv(tmp_path):
     from helpers import schema_validator
 
     schema_validator("analysis_report").validate(report)
-    # The same hand-computed step as the terminal's (forward 54, backward 54, SGD 15).
+    # The same hand-computed step as the terminal's (forward 48 + 6 bias adds + 6 for the sum = 60,
+    # backward 54, SGD 15).
     training = report["training"]
     assert training["optimizer"] == "sgd"
     phases = {name: m["value"] for name, m in training["flops"]["by_phase"].items()}
-    assert phases == {"forward": 54, "backward": 54, "optimizer": 15}
-    assert training["flops"]["total"]["value"] == 123
+    assert phases == {"forward": 60, "backward": 54, "optimizer": 15}
+    assert training["flops"]["total"]["value"] == 129
     # The forward's peak: its 2x3 float32 output, 24 bytes.
     assert report["memory"]["delta_bytes"] == 24 and report["memory"]["device"] == "cpu"
     assert training["memory"]["delta_bytes"] > 0
     rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
     steps = {row["path"]: row for row in rows if row["type"] == "training_step"}
     assert {name: row["operator_flops"] for name, row in steps.items()} == {
-        "forward": "54",
+        "forward": "60",
         "backward": "54",
         "optimizer": "15",
-        "total": "123",
+        "total": "129",
     }
     assert all(row["operator_flops_status"] == "complete" for row in steps.values())
     memory = {row["path"]: row["memory_bytes"] for row in rows if row["type"] == "peak_memory"}

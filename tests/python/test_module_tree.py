@@ -150,9 +150,9 @@ def test_flops_by_module_follows_call_order_and_gives_containers_a_row():
     model.add_module("z", nn.Linear(4, 4))
     model.add_module("a", nn.Linear(4, 2))
     report = crawl_module(model, (4,))
-    # Linear(4, 4) on one row: 2 * 4 * 4 = 32 FLOPs (bias not counted); Linear(4, 2): 16.
+    # Linear(4, 4) on one row: 2 * 4 * 4 = 32 FLOPs and 4 bias adds; Linear(4, 2): 16 and 2.
     ordered = format_flops(report["operator_flops"], call_order=call_order(report)).splitlines()
-    assert [line.split()[:2] for line in ordered[3:6]] == [["Sequential", "48"], ["z", "32"], ["a", "16"]]
+    assert [line.split()[:2] for line in ordered[3:6]] == [["Sequential", "54"], ["z", "36"], ["a", "18"]]
     alphabetical = format_flops(report["operator_flops"]).splitlines()
     assert [line.split()[0] for line in alphabetical[3:6]] == ["Sequential", "a", "z"]
     with pytest.raises(TypeError, match="call_order must be a sequence of module labels"):

@@ -8,11 +8,11 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 import torchscan
 from helpers import schema_validator
 
-# Linear(4, 3) on a batch of 2, loss = out.sum(): forward addmm 2*(2*4*3) = 48 and the sum of
-# 6 outputs: 6. Backward (the input needs no gradient): the weight's gradient mm 2*(3*2*4) = 48,
+# Linear(4, 3) on a batch of 2, loss = out.sum(): forward addmm 2*(2*4*3) = 48 with its 6 bias
+# adds, and the sum of 6 outputs: 6. Backward (the input needs no gradient): the weight's gradient mm 2*(3*2*4) = 48,
 # the bias's sums the batch: 6. SGD (no momentum): p.add_(grad, alpha=-lr), one FLOP per
 # parameter element: 12 + 3 = 15.
-FORWARD, BACKWARD, SGD = 54, 54, 15
+FORWARD, BACKWARD, SGD = 60, 54, 15
 
 
 def linear():
