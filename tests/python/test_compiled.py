@@ -555,7 +555,7 @@ def test_inductor_mlp_counts_the_hand_computed_operators():
     assert step["by_phase"]["forward"]["value"] == FORWARD + SUM
     assert step["by_phase"]["backward"]["value"] == BACKWARD
     assert step["by_module"]["Sequential.1"] == GELU + 2 * 16  # gelu and gelu_backward on [2,16]
-    assert step["by_module"]["Sequential.0"] == MM1 + 2 * 16 * 2 * 8 + 2 * 16  # addmm, dW1, db1
+    assert step["by_module"]["Sequential.0"] == MM1 + BIAS1 + 2 * 16 * 2 * 8 + 2 * 16  # addmm, dW1, db1
     no_grad = counted(inference(compiled, x))
     assert no_grad["by_operator"] == FORWARD_OPS
     assert no_grad["operator_calls"] == {"aten.addmm": 2, "aten.gelu": 1, "aten.native_layer_norm": 1}

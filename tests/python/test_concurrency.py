@@ -45,13 +45,14 @@ def _jobs():
     linear, lx = nn.Linear(6, 5), torch.randn(2, 6)
     jobs["module-a"] = (
         lambda: measure_flops(lambda: [linear(lx) for _ in range(REPS)])["by_module"],
-        {"Linear": REPS * 2 * 2 * 6 * 5},
+        {"Linear": REPS * (2 * 2 * 6 * 5 + 2 * 5)},  # products and sums, plus one bias add per output
     )
 
     seq, sx = nn.Sequential(nn.Linear(3, 4), nn.ReLU()), torch.randn(2, 3)
     jobs["module-b"] = (
         lambda: measure_flops(lambda: [seq(sx) for _ in range(REPS)])["by_module"],
-        {"Sequential": REPS * 56, "Sequential.0": REPS * 48, "Sequential.1": REPS * 8},
+        # Linear(3, 4) on 2 rows: 2*2*3*4 = 48, plus 8 bias adds; ReLU: 8
+        {"Sequential": REPS * 64, "Sequential.0": REPS * 56, "Sequential.1": REPS * 8},
     )
 
     net = nn.Sequential(nn.Linear(4, 3, bias=False), nn.ReLU(), nn.Linear(3, 2, bias=False))
@@ -88,7 +89,8 @@ def _jobs():
             "known_value"
         ]
 
-    jobs["crawl_module"] = (crawl, ([("", 0), ("0", 0), ("1", 0)], conv_flops + 4 * 6 * 6))
+    # the convolution, its bias (one add per output element) and the ReLU (one per element)
+    jobs["crawl_module"] = (crawl, ([("", 0), ("0", 0), ("1", 0)], conv_flops + 4 * 6 * 6 + 4 * 6 * 6))
 
     def peak():
         def work():
@@ -282,7 +284,8 @@ def test_a_counter_dropped_without_exit_is_freed_on_any_thread():
 
 def test_nested_measurements_with_module_labels_count_the_inner_work_in_both():
     model, x = nn.Sequential(nn.Linear(4, 3), nn.ReLU()), torch.randn(2, 4)
-    per_call = {"Sequential": 2 * 2 * 4 * 3 + 6, "Sequential.0": 2 * 2 * 4 * 3, "Sequential.1": 6}
+    # Linear(4, 3) on 2 rows: 2*2*4*3 products and sums, plus 6 bias adds; ReLU: 6
+    per_call = {"Sequential": 2 * 2 * 4 * 3 + 6 + 6, "Sequential.0": 2 * 2 * 4 * 3 + 6, "Sequential.1": 6}
     inner = {}
 
     def outer_work():
@@ -311,7 +314,7 @@ def test_crawl_module_inside_measure_flops_and_measure_flops_inside_a_crawled_fo
     model = Measuring()
     crawled = {}
     outer = measure_flops(lambda: crawled.setdefault("report", crawl_module(model, (4,))))
-    fc = 2 * 1 * 4 * 4  # addmm on the generated batch of 1
+    fc = 2 * 1 * 4 * 4 + 4  # addmm on the generated batch of 1: products and sums, 4 bias adds
     assert model.seen == [fc]
     report = crawled["report"]
     # The crawl's forward ran fc twice (once inside the inner measurement): both are in the
@@ -497,8 +500,9 @@ def test_bias_gradient_reductions_are_attributed_to_their_module():
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
     x = torch.randn(5, 4)
     report = measure_flops(lambda: model(x).sum().backward())
-    # Sequential.2: forward addmm 60, input and weight gradients 60 + 60, bias gradient (sum of 10).
-    assert report["by_module"]["Sequential.2"] == 60 + 60 + 60 + 10
+    # Sequential.2: forward addmm 60 + 10 bias adds, input and weight gradients 60 + 60, bias
+    # gradient (sum of 10).
+    assert report["by_module"]["Sequential.2"] == 60 + 10 + 60 + 60 + 10
 
 
 # ---- one model analysed from two threads ----

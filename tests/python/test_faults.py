@@ -57,9 +57,10 @@ def faulty_model():
     return model
 
 
-# Operator FLOPs of one Faulty forward on 3 rows, by hand: fc1 addmm 2*3*4*8 = 192, eval batch
-# norm 2 per element * 24 = 48, ReLU 24, trap 0, eval Dropout 0, head addmm 2*3*8*2 = 96.
-FAULTY_FLOPS = 192 + 48 + 24 + 96
+# Operator FLOPs of one Faulty forward on 3 rows, by hand: fc1 addmm 2*3*4*8 = 192 plus its 24
+# bias adds, eval batch norm 2 per element * 24 = 48, ReLU 24, trap 0, eval Dropout 0, head addmm
+# 2*3*8*2 = 96 plus its 6 bias adds.
+FAULTY_FLOPS = 192 + 24 + 48 + 24 + 96 + 6
 
 
 def _run_measure_flops(model, x):
@@ -202,11 +203,12 @@ def training_setup():
     return model, optimizer, step
 
 
-# One step, by hand. Forward: addmm 2*5*4*3 = 120, ReLU 15, addmm 2*5*3*2 = 60, the loss's sum 10.
+# One step, by hand. Forward: addmm 2*5*4*3 = 120 plus 15 bias adds, ReLU 15, addmm 2*5*3*2 = 60
+# plus 10 bias adds, the loss's sum 10.
 # Backward: second layer input and weight gradients (mm 60 + 60), its bias gradient (sum of 10),
 # ReLU's threshold_backward 15, first layer weight gradient (mm 120; x needs none), its bias
 # gradient (sum of 15). SGD without momentum: add_ over the 23 parameters (the optimizer phase).
-STEP_FORWARD = 120 + 15 + 60 + 10
+STEP_FORWARD = 120 + 15 + 15 + 60 + 10 + 10
 STEP_BACKWARD = 60 + 60 + 10 + 15 + 120 + 15
 STEP_OPTIMIZER = 23
 
@@ -369,5 +371,6 @@ def test_a_workload_that_raises_inside_a_nested_crawl_module():
     before_model = model_state(model)
     report = measure_flops(outer)
     assert model_state(model) == before_model
-    # The outer count holds the mm and the crawl's forward up to the trap (fc1, bn, act on 1 row).
-    assert report["total"]["value"] == 2 * 3 * 4 * 5 + (192 + 48 + 24) // 3
+    # The outer count holds the mm and the crawl's forward up to the trap (fc1 with its bias, bn,
+    # act on 1 row).
+    assert report["total"]["value"] == 2 * 3 * 4 * 5 + (192 + 24 + 48 + 24) // 3
