@@ -221,7 +221,9 @@ class RateResult(TypedDict):
 
 class StepTiming(TypedDict):
     flops: MetricResult
+    by_phase: NotRequired[dict[str, MetricResult]]
     seconds: float
+    count: NotRequired[int]
 
 
 class ThroughputReport(TypedDict):
@@ -231,6 +233,7 @@ class ThroughputReport(TypedDict):
     steps: int
     seconds: float
     flops: MetricResult
+    by_phase: dict[str, MetricResult]
     flops_per_second: RateResult
     peak_flops_per_second: float | None
     mfu: RateResult
@@ -253,6 +256,7 @@ class RankFigures(TypedDict):
 class MergedThroughput(TypedDict):
     seconds: float
     flops: MetricResult
+    by_phase: dict[str, MetricResult]
     flops_per_second: RateResult
     peak_flops_per_second: float | None
     mfu: RateResult
