@@ -11,6 +11,7 @@ parameters (an unused `nn.Linear` kept as an attribute).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,6 +24,7 @@ from torch import nn
 
 import torchscan
 import zoo
+from helpers import schema_validator
 from torchscan import crawl_module, summary
 from torchscan.utils import _module_tree, call_order, format_flops, format_html, format_info
 
@@ -239,6 +241,15 @@ def test_an_unused_linear_has_a_row_in_every_table(capsys, tmp_path):
     command_rows = table_rows(result.stdout)
     assert command_rows["├─unused"][1:4] == ["Linear", "-", "20"]
     assert command_rows["WithUnused"][3] == "36"
+    # Its --json report carries the module, valid against the generated schema.
+    written = subprocess.run(
+        [sys.executable, "-m", "torchscan", "unused_model:WithUnused", "--input-shape", "3", "--json", "out.json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, check=False,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert [(m["path"], m["parameters"]["trainable"]) for m in document["uncalled_modules"]] == [("unused", 20)]
+    assert [(e.message, list(e.absolute_path)) for e in schema_validator("analysis_report").iter_errors(document)] == []
 
     # format_flops: a row of 0 FLOPs (0.0% of 28) after its called sibling, no status.
     flops = format_flops(report["operator_flops"], call_order=call_order(report)).splitlines()
