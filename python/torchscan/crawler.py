@@ -694,7 +694,8 @@ class _Recorder:
 
     def uncalled(self) -> list[list[Any]]:
         """``[module row, label, parameters, buffers]`` of each module that holds parameters of
-        its own and has no layer record (never called), in ``named_modules()`` order: the
+        its own and has no layer record (never called), in ``named_modules()`` order (a lazy
+        one, its parameters uninitialized, is left out: its size is unknown): the
         tensors no call counted (``_account``'s rule continues, so a tensor shared with a call,
         or with an earlier one of these, is counted once). The modules inside an attention
         module or a root Transformer are left out: that call counts their tensors."""
@@ -711,7 +712,8 @@ class _Recorder:
             try:
                 parameters, buffers = self._own_tensors(target.module, target.attention, target.masks)
             except _Lazy:
-                parameters, buffers = _UNKNOWN_PARAMETERS, _UNKNOWN_BUFFERS
+                # A lazy module never called: its size is unknown (the totals say so), no row.
+                continue
             out.append([target.index, target.label, parameters, buffers])
         return out
 

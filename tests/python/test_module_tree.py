@@ -310,3 +310,28 @@ def test_gpt2_every_module_holding_parameters_has_its_row():
     spare = by_path["transformer.h.1.spare"]
     assert (spare["type"], spare["uncalled"], spare["parameters"]) == ("Linear", True, 520)
     assert tree[spare["parent"]]["path"] == "transformer.h.1"
+
+
+def test_an_uncalled_attention_module_holds_its_projections_and_a_lazy_one_has_no_row():
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.attn = nn.MultiheadAttention(8, 2)  # never called
+            self.lazy = nn.LazyLinear(3)  # never called: its size is unknown
+
+        def forward(self, x):
+            return self.fc(x)
+
+    report = crawl_module(Holder(), (5, 8))
+    # MultiheadAttention(8, 2): in_proj 3*8*8 + 3*8 = 216, out_proj 8*8 + 8 = 72: 288, one row
+    # (out_proj, inside it, has none of its own: the attention module's call would count it).
+    assert [(m["path"], m["parameters"]["trainable"]) for m in report["uncalled_modules"]] == [("attn", 288)]
+    tree = _module_tree(report)
+    # fc 8*8 + 8 = 72; the root 72 + 288 = 360 (the lazy module's parameters are not counted).
+    assert [(row["path"], row["type"], row["parameters"]) for row in tree] == [
+        ("", "Holder", 360),
+        ("fc", "Linear", 72),
+        ("attn", "MultiheadAttention", 288),
+    ]
+    assert report["totals"]["parameters"]["status"] == "unavailable"  # the lazy one's size
