@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::modules::{Call, Failure, Module, RfNumber};
 use crate::report::{
     AnalysisContext, AnalysisReport, Buffers, CallMeta, Diagnostic, FlopContext, FlopReport, Inputs, Layer,
-    LayerMetrics, Metric, MetricResult, Number, Parameters, Severity, Status, Totals, Unit, ValueMeta, SCHEMA_VERSION,
+    LayerMetrics, Metric, MetricResult, Number, Parameters, Severity, Status, Totals, UncalledModule, Unit, ValueMeta,
+    SCHEMA_VERSION,
 };
 
 pub const METHOD_MODULE: &str = "torchscan_module_formula";
@@ -38,7 +39,16 @@ struct Document {
     /// inside TorchScript: their submodules' calls are not seen).
     #[serde(default)]
     scripted: Vec<String>,
+    /// The modules that hold parameters and were never called, in `named_modules()` order.
+    #[serde(default)]
+    uncalled: Vec<UncalledRecord>,
 }
+
+/// `[module, label, parameters, buffers]` of a module never called that holds parameters: its
+/// row in `modules`, its `by_module` label, and the tensors no call (and no earlier uncalled
+/// module) counted.
+#[derive(Deserialize)]
+struct UncalledRecord(usize, String, Parameters, Buffers);
 
 /// The table `summary` prints: `format_info`'s options and `aggregate_info`'s depth.
 #[derive(Deserialize)]
@@ -322,6 +332,7 @@ fn not_requested(torch_version: String) -> FlopReport {
         diagnostics: Vec::new(),
         integer_ops: None,
         communication: None,
+        uncalled_modules: Vec::new(),
     }
 }
 
@@ -386,6 +397,24 @@ fn assemble_document(doc: Document, flops: Option<FlopReport>) -> Result<(Analys
         diagnostics.extend(doc.scripted.iter().flat_map(|path| scripted_diagnostics(path)));
     }
     diagnostics.extend(operator_flops.diagnostics.iter().cloned());
+    let mut uncalled_modules = Vec::with_capacity(doc.uncalled.len());
+    for UncalledRecord(module, label, parameters, buffers) in doc.uncalled {
+        let row = doc.modules.get(module).ok_or_else(|| {
+            Error::BadAnalysisInput(format!("malformed analysis document: an uncalled module names module {module}"))
+        })?;
+        if row.path.is_empty() {
+            return Err(Error::BadAnalysisInput("malformed analysis document: the root is listed as uncalled".into()));
+        }
+        operator_flops.uncalled_modules.push(label);
+        uncalled_modules.push(UncalledModule {
+            path: row.path.clone(),
+            name: row.name.clone(),
+            depth: row.depth,
+            type_name: row.type_name.clone(),
+            parameters,
+            buffers,
+        });
+    }
     let hidden = !doc.scripted.is_empty();
     let totals = totals(&doc.parameter_totals, &layers, full, hidden, &operator_flops, &mut diagnostics);
     // Without pruning masks the effective totals repeat the dense ones: named once, as those.
@@ -409,6 +438,7 @@ fn assemble_document(doc: Document, flops: Option<FlopReport>) -> Result<(Analys
         diagnostics,
         training: None,
         memory: None,
+        uncalled_modules,
     };
     Ok((report, incomplete.into_iter().collect()))
 }
@@ -813,6 +843,32 @@ mod tests {
         let codes: Vec<&str> =
             report["diagnostics"].as_array().unwrap().iter().map(|d| d["code"].as_str().unwrap()).collect();
         assert!(codes.contains(&"pruned_module_macs"), "{codes:?}");
+    }
+
+    #[test]
+    fn uncalled_modules_are_listed_with_their_labels() {
+        // The root called (1 parameter), `unused` (an unused Linear(3, 5): 20) never called.
+        let root = layer("", false, Value::Null, Value::Null);
+        let unused = Layer(json!(["unused", "unused", 1, "Linear", true, false, null]), json!([]));
+        let mut doc: Value = serde_json::from_str(&document("full", vec![root])).unwrap();
+        doc["modules"].as_array_mut().unwrap().push(unused.0);
+        doc["uncalled"] = json!([[1, "M.unused", [20, 0, 80, false], [0, 0, false]]]);
+        let (report, _) = assemble(&doc.to_string());
+        assert_eq!(
+            report["uncalled_modules"],
+            json!([{"path": "unused", "name": "unused", "depth": 1, "type": "Linear",
+                    "parameters": {"trainable": 20, "frozen": 0, "bytes": 80, "shared": false},
+                    "buffers": {"elements": 0, "bytes": 0, "shared": false}}])
+        );
+        assert_eq!(report["operator_flops"]["uncalled_modules"], json!(["M.unused"]));
+        // Without any: neither field is written (the reports of before read the same).
+        let (report, _) = assemble(&document("full", vec![linear()]));
+        assert!(report.get("uncalled_modules").is_none());
+        assert!(report["operator_flops"].get("uncalled_modules").is_none());
+        // A module index out of range is a malformed document.
+        doc["uncalled"] = json!([[7, "M.x", [1, 0, 4, false], [0, 0, false]]]);
+        let error = assemble_document(parse(&doc.to_string()).unwrap(), None).map(|_| ()).unwrap_err();
+        assert!(error.to_string().contains("an uncalled module names module 7"), "{error}");
     }
 
     #[test]

@@ -182,7 +182,9 @@ fn module_rows(
     let ranks: std::collections::HashMap<&str, usize> =
         order.iter().enumerate().rev().map(|(i, label)| (label.as_str(), i)).collect();
     let mut rows: std::collections::BTreeMap<String, ModuleRow> = std::collections::BTreeMap::new();
-    for label in report.by_module_status.keys().chain(report.by_module.keys()) {
+    // The modules never called that hold parameters have rows too (0 FLOPs, as a container's
+    // children summed), after their called siblings.
+    for label in report.by_module_status.keys().chain(report.by_module.keys()).chain(&report.uncalled_modules) {
         let parts = components(label);
         for depth in 1..=parts.len() {
             let prefix = parts[..depth].join(".");
@@ -405,6 +407,29 @@ Sequential             1,968  99.6%  complete
 (outside the modules)      8   0.4%
 Phases: forward 848 (42.9%), backward 1,128 (57.1%)";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn an_uncalled_module_gets_a_row_with_no_flops_after_its_called_siblings() {
+        // `Sequential.3`, never called, holds parameters: a row of 0 FLOPs (0.0% of 1,976), no
+        // status (a container's convention), after the called siblings 0, 1, 2.
+        let mut r = complete();
+        r.uncalled_modules = vec!["Sequential.3".into()];
+        let order: Vec<String> =
+            ["Sequential", "Sequential.0", "Sequential.1", "Sequential.2"].map(String::from).into();
+        let text = format_flops(&r, By::Module, Some(1), None, &order).unwrap();
+        let rows: Vec<&str> = text.lines().skip(3).take(6).collect();
+        assert_eq!(
+            rows,
+            vec![
+                "Sequential             1,968  99.6%  complete",
+                "  0                    1,056  53.4%  complete",
+                "  1                       64   3.2%  complete",
+                "  2                      848  42.9%  complete",
+                "  3                        0   0.0%",
+                "(outside the modules)      8   0.4%",
+            ]
+        );
     }
 
     #[test]

@@ -434,6 +434,7 @@ mod tests {
             steps: 1,
             seconds,
             flops: MetricResult::complete(flops, "steps"),
+            by_phase: BTreeMap::new(),
             flops_per_second: rate(&MetricResult::complete(flops, "steps"), Some(seconds), "FLOP/s"),
             peak_flops_per_second: Some(1000.0),
             mfu: RateResult { status: Status::Complete, value: None, known_value: None, unit: "fraction".into() },

@@ -8,17 +8,27 @@
 //! its own, placed where its first call below it comes. So a call never lands under the
 //! sibling that happened to be called before it (GPT-2's blocks under `drop`, Llama's layers
 //! under `rotary_emb`). Siblings keep call order.
+//!
+//! A module that holds parameters but was never called (an unused `nn.Linear` kept as an
+//! attribute: the report's `uncalled_modules`) gets a row too, under its parent, after the
+//! parent's called children, in `named_modules()` order; its parameters count in its parents'
+//! (so the root holds every parameter of the model, each once), its FLOPs are 0 (none counted
+//! in structure mode). A container never called that holds parameters of its own is one row.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::report::{AnalysisReport, Layer, Metric, Number, Status, Unit};
+use crate::report::{AnalysisReport, Buffers, Layer, Metric, Number, Parameters, Status, UncalledModule, Unit};
 
-/// One row: a module call, or a module above calls that was never called itself.
+/// One row: a module call, or a module above calls that was never called itself, or a module
+/// never called that holds parameters.
 pub struct Node<'a> {
-    /// The call; `None` for a container never called itself.
+    /// The call; `None` for a module never called itself.
     pub layer: Option<&'a Layer>,
+    /// A module never called that holds parameters (its type, its tensors); with `layer`
+    /// `None`. A container above calls that holds parameters of its own has it too.
+    pub uncalled: Option<&'a UncalledModule>,
     /// Its index in the report's layers.
     pub index: Option<usize>,
     /// The module's path (`""` for the root), escaped as in the report.
@@ -48,13 +58,12 @@ pub struct Counts {
 impl Counts {
     const ZERO: Counts = Counts { parameters: Some(0), trainable: Some(0), buffers: Some(0) };
 
-    /// What a call counts first (its own tensors not seen by an earlier call).
-    fn own(layer: &Layer) -> Counts {
-        let params = &layer.parameters;
+    /// What a call (or an uncalled module) counts first (its own tensors not seen before).
+    fn own(params: &Parameters, buffers: &Buffers) -> Counts {
         Counts {
             parameters: params.trainable.zip(params.frozen).and_then(|(t, f)| t.checked_add(f)),
             trainable: params.trainable,
-            buffers: layer.buffers.elements,
+            buffers: buffers.elements,
         }
     }
 
@@ -125,6 +134,13 @@ impl<'a> Tree<'a> {
     /// The tree of `layers` (a report's, in call order). `root_name` names a root row that the
     /// layers do not hold (a view without it).
     pub fn new(layers: &'a [Layer], root_name: &str) -> Tree<'a> {
+        Tree::build(layers, &[], root_name, true)
+    }
+
+    /// The tree of `layers` and of the modules never called that hold parameters (`uncalled`, in
+    /// `named_modules()` order). `counted`: operator FLOPs were counted (full mode), so that an
+    /// uncalled module without children shows 0 (else none, as the calls).
+    pub fn build(layers: &'a [Layer], uncalled: &'a [UncalledModule], root_name: &str, counted: bool) -> Tree<'a> {
         let mut built: Vec<Node<'a>> = Vec::with_capacity(layers.len() + 8);
         // The latest row of each path: a call's parent is the latest row of the path above it.
         let mut latest: HashMap<String, usize> = HashMap::new();
@@ -136,8 +152,13 @@ impl<'a> Tree<'a> {
             latest.insert(node.path.clone(), index);
             built.push(node);
         }
-        for (index, layer) in layers.iter().enumerate() {
-            let parts = components(&layer.path);
+        // The latest row of each path above `parts`, a container row made for a path without one.
+        fn parent_of<'a>(
+            built: &mut Vec<Node<'a>>,
+            latest: &mut HashMap<String, usize>,
+            parts: &[&str],
+            root_name: &str,
+        ) -> Option<usize> {
             let mut parent = None;
             for depth in 0..parts.len() {
                 let prefix = parts[..depth].join(".");
@@ -146,26 +167,53 @@ impl<'a> Tree<'a> {
                     None => {
                         let name = if depth == 0 { root_name.to_string() } else { parts[depth - 1].to_string() };
                         let node = container(prefix, name, depth as u64, parent);
-                        add(&mut built, &mut latest, node);
+                        add(built, latest, node);
                         Some(built.len() - 1)
                     }
                 };
             }
+            parent
+        }
+        for (index, layer) in layers.iter().enumerate() {
+            let parts = components(&layer.path);
+            let parent = parent_of(&mut built, &mut latest, &parts, root_name);
             let name = match parts.last() {
                 Some(last) => last.to_string(),
                 None => layer.type_name.clone(),
             };
             let node = Node {
                 layer: Some(layer),
+                uncalled: None,
                 index: Some(index),
                 path: layer.path.clone(),
                 name,
                 depth: parts.len() as u64,
                 parent,
                 children: Vec::new(),
-                counts: Counts::own(layer),
+                counts: Counts::own(&layer.parameters, &layer.buffers),
                 operator_flops: layer.metrics.operator_flops.clone(),
             };
+            add(&mut built, &mut latest, node);
+        }
+        // The modules never called that hold parameters, after the calls: each under its
+        // parent (a container made for a parent without a row), after the parent's rows so far.
+        for module in uncalled {
+            let own = Counts::own(&module.parameters, &module.buffers);
+            if let Some(&row) = latest.get(&module.path).filter(|&&row| built[row].layer.is_none()) {
+                // A container above calls that holds parameters of its own: one row.
+                built[row].uncalled = Some(module);
+                built[row].counts = built[row].counts.add(own);
+                continue;
+            }
+            let parts = components(&module.path);
+            if parts.is_empty() {
+                continue; // the root is always called
+            }
+            let parent = parent_of(&mut built, &mut latest, &parts, root_name);
+            let mut node =
+                container(module.path.clone(), parts[parts.len() - 1].to_string(), parts.len() as u64, parent);
+            node.uncalled = Some(module);
+            node.counts = own;
             add(&mut built, &mut latest, node);
         }
         // Children come after their parents: a backward pass sums every subtree.
@@ -176,7 +224,8 @@ impl<'a> Tree<'a> {
             if built[index].layer.is_none() {
                 let flops: Vec<Option<&Metric>> =
                     children.iter().map(|&child| built[child].operator_flops.as_ref()).collect();
-                built[index].operator_flops = summed(&flops);
+                // An uncalled module without children: 0 FLOPs when operators were counted.
+                built[index].operator_flops = if flops.is_empty() && !counted { None } else { summed(&flops) };
             }
             built[index].children = children;
         }
@@ -185,13 +234,15 @@ impl<'a> Tree<'a> {
 }
 
 impl<'a> Tree<'a> {
-    /// The tree of a report's layers, the root named by its type (`by_module`'s label).
+    /// The tree of a report's layers and of its modules never called that hold parameters,
+    /// the root named by its type (`by_module`'s label).
     pub fn of_report(report: &'a AnalysisReport) -> Tree<'a> {
         let root = match report.layers.iter().find(|layer| layer.path.is_empty()) {
             Some(root) => root.type_name.clone(),
             None => report.context.model_type.rsplit('.').next().unwrap_or("model").to_string(),
         };
-        Tree::new(&report.layers, &root)
+        let counted = report.operator_flops.context.method != "not_requested";
+        Tree::build(&report.layers, &report.uncalled_modules, &root, counted)
     }
 }
 
@@ -201,8 +252,10 @@ struct Row<'a> {
     path: &'a str,
     name: &'a str,
     depth: u64,
-    /// The call's index in `report["layers"]`; null for a container never called itself.
+    /// The call's index in `report["layers"]`; null for a module never called itself.
     layer: Option<usize>,
+    /// A module never called that holds parameters (`report["uncalled_modules"]`).
+    uncalled: bool,
     /// The parent row's index; null for a root.
     parent: Option<usize>,
     #[serde(rename = "type")]
@@ -224,8 +277,9 @@ pub fn tree_json(report: &AnalysisReport) -> crate::error::Result<String> {
             name: &node.name,
             depth: node.depth,
             layer: node.index,
+            uncalled: node.uncalled.is_some(),
             parent: node.parent,
-            type_name: node.layer.map(|layer| layer.type_name.as_str()),
+            type_name: node.type_name(),
             parameters: node.counts.parameters,
             trainable: node.counts.trainable,
             buffers: node.counts.buffers,
@@ -236,9 +290,22 @@ pub fn tree_json(report: &AnalysisReport) -> crate::error::Result<String> {
         .map_err(|e| crate::error::Error::Internal(format!("the module tree cannot be serialized: {e}")))
 }
 
+impl Node<'_> {
+    /// The module's type: its call's, or an uncalled module's; `None` for a container never
+    /// called itself that holds no parameters of its own.
+    pub fn type_name(&self) -> Option<&str> {
+        match (self.layer, self.uncalled) {
+            (Some(layer), _) => Some(layer.type_name.as_str()),
+            (None, Some(module)) => Some(module.type_name.as_str()),
+            (None, None) => None,
+        }
+    }
+}
+
 fn container<'a>(path: String, name: String, depth: u64, parent: Option<usize>) -> Node<'a> {
     let children = Vec::new();
-    Node { layer: None, index: None, path, name, depth, parent, children, counts: Counts::ZERO, operator_flops: None }
+    let counts = Counts::ZERO;
+    Node { layer: None, uncalled: None, index: None, path, name, depth, parent, children, counts, operator_flops: None }
 }
 
 /// The rows in table order: each followed by its subtree, children in the order they came.
@@ -339,5 +406,74 @@ mod tests {
         assert_eq!(tree.nodes[0].counts.parameters, Some(3));
         assert_eq!(components(""), Vec::<&str>::new());
         assert_eq!(components("x.0.y"), vec!["x", "0", "y"]);
+    }
+
+    fn uncalled(path: &str, type_name: &str, trainable: u64, frozen: u64, buffers: u64) -> UncalledModule {
+        let components = components(path);
+        serde_json::from_value(json!({
+            "path": path, "name": components.last().unwrap(), "depth": components.len(), "type": type_name,
+            "parameters": {"trainable": trainable, "frozen": frozen, "bytes": 4 * (trainable + frozen), "shared": false},
+            "buffers": {"elements": buffers, "bytes": 4 * buffers, "shared": false}}))
+        .unwrap()
+    }
+
+    /// Modules never called that hold parameters: an unused Linear(3, 5) beside a called one, a
+    /// never-called block holding a frozen weight and an unused Linear inside it, and GPT-2's
+    /// `h` holding a parameter of its own.
+    #[test]
+    fn uncalled_modules_get_rows_and_count_in_their_parents() {
+        let layers = vec![
+            layer("", 0, metric(100)),
+            layer("fc", 16, metric(28)),
+            layer("h.0", 7, metric(40)),
+            layer("out", 2, metric(32)),
+        ];
+        let uncalled = vec![
+            // Linear(3, 5): 3 * 5 + 5 = 20 parameters.
+            uncalled("unused", "Linear", 20, 0, 0),
+            // Called children: one row, its own 4 parameters added to its blocks' 7.
+            uncalled("h", "Blocks", 4, 0, 0),
+            // A block never called: 6 frozen parameters and 2 buffer elements, and a Linear(2, 1)
+            // inside it (2 + 1 = 3).
+            uncalled("spare", "Block", 0, 6, 2),
+            uncalled("spare.proj", "Linear", 3, 0, 0),
+            // Its parent holds no parameters of its own: a container is made for it.
+            uncalled("aux.head", "Linear", 5, 0, 0),
+        ];
+        let tree = Tree::build(&layers, &uncalled, "Net", true);
+        type Row<'a> = (&'a str, Option<&'a str>, Option<u64>, Option<u64>, Option<u64>);
+        let rows: Vec<Row> = tree
+            .nodes
+            .iter()
+            .map(|n| (n.path.as_str(), n.type_name(), n.counts.parameters, n.counts.trainable, n.counts.buffers))
+            .collect();
+        // The root: 16 + (7 + 4) + 2 + 20 + (6 + 3) + 5 = 63 parameters, of which 6 frozen
+        // (57 trainable), and 2 buffer elements.
+        assert_eq!(
+            rows,
+            vec![
+                ("", Some("GPT"), Some(63), Some(57), Some(2)),
+                ("fc", Some("T"), Some(16), Some(16), Some(0)),
+                ("h", Some("Blocks"), Some(11), Some(11), Some(0)),
+                ("h.0", Some("T"), Some(7), Some(7), Some(0)),
+                ("out", Some("T"), Some(2), Some(2), Some(0)),
+                // After the called siblings, in named_modules order.
+                ("unused", Some("Linear"), Some(20), Some(20), Some(0)),
+                ("spare", Some("Block"), Some(9), Some(3), Some(2)),
+                ("spare.proj", Some("Linear"), Some(3), Some(3), Some(0)),
+                ("aux", None, Some(5), Some(5), Some(0)),
+                ("aux.head", Some("Linear"), Some(5), Some(5), Some(0)),
+            ]
+        );
+        let unused = &tree.nodes[5];
+        assert!(unused.layer.is_none() && unused.uncalled.is_some() && unused.parent == Some(0));
+        assert_eq!(tree.nodes[7].parent, Some(6));
+        // FLOPs: an uncalled module ran nothing, 0; `h` sums its block's 40.
+        let flops = |i: usize| tree.nodes[i].operator_flops.as_ref().and_then(|m| m.value).and_then(|n| n.integer());
+        assert_eq!((flops(5), flops(6), flops(2)), (Some(0), Some(0), Some(40)));
+        // Structure mode (nothing counted): no number, as for the calls.
+        let tree = Tree::build(&layers, &uncalled, "Net", false);
+        assert!(tree.nodes[5].operator_flops.is_none());
+        assert_eq!(tree.nodes[0].counts.parameters, Some(63));
     }
 }

@@ -189,8 +189,9 @@ fn cells(node: &Node, widths: &[Option<usize>; COLUMNS], free: usize, wrap: Wrap
             layer.output.as_ref().map_or_else(|| "?".into(), shape_text),
             layer.parameters.effective.filter(|_| node.children.is_empty()),
         ),
-        // A container never called itself (a ModuleList): no type or output to show.
-        None => ("-".to_string(), "-".to_string(), None),
+        // A module never called: its type when it holds parameters (an unused attribute), no
+        // output; a container never called itself (a ModuleList): no type either.
+        None => (node.uncalled.map_or_else(|| "-".to_string(), |m| m.type_name.clone()), "-".to_string(), None),
     };
     let rf = |pick: fn(&crate::report::LayerMetrics) -> &Option<Metric>| match node.layer {
         None => "-".to_string(),
@@ -329,9 +330,14 @@ pub fn format_info(
     }
     lines.push(thick);
     footer(report, &dashes, &mut lines);
-    if rows.iter().any(|node| node.layer.is_none()) {
+    if rows.iter().any(|node| node.layer.is_none() && node.uncalled.is_none()) {
         lines.push(
             "A row of type '-' is a container never called itself (a ModuleList): it holds the rows under it.".into(),
+        );
+    }
+    if rows.iter().any(|node| node.uncalled.is_some()) {
+        lines.push(
+            "A row with a type and output '-' is a module never called: it holds parameters, it ran nothing.".into(),
         );
     }
     lines.push(thin);
@@ -568,6 +574,23 @@ mod tests {
         assert!(root.lines().nth(3).unwrap().starts_with("Net "), "{root}");
         assert!(root.lines().nth(3).unwrap().contains("14"), "{root}");
         assert!(root.lines().nth(4).unwrap().starts_with('='), "{root}");
+    }
+
+    #[test]
+    fn an_uncalled_module_is_a_row_with_its_type_and_no_output() {
+        // nested_report and an unused Linear(3, 5) attribute: 3 * 5 + 5 = 20 parameters, never
+        // called. The root: 14 + 20 = 34 parameters (30 trainable: partly).
+        let mut r = serde_json::to_value(nested_report()).unwrap();
+        r["uncalled_modules"] = json!([{"path": "unused", "name": "unused", "depth": 1, "type": "Linear",
+            "parameters": {"trainable": 20, "frozen": 0, "bytes": 80, "shared": false},
+            "buffers": {"elements": 0, "bytes": 0, "shared": false}}]);
+        let table = format_info(&report(r), Wrap::Mid, false, false, None, None).unwrap();
+        let rows: Vec<&str> = table.lines().collect();
+        assert_eq!(rows[3], "Net           Net          (1, 3)             34        9  Partly       150");
+        // After its called siblings; 0 FLOPs (it ran nothing).
+        assert_eq!(rows[6], "├─unused      Linear       -                  20        0  True           0");
+        assert!(table.contains("\nA row with a type and output '-' is a module never called"), "{table}");
+        assert!(!table.contains("A row of type '-'"), "{table}");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Throughput and MFU of timed, counted steps (`torchscan.Throughput`): the steps' FLOPs summed
 //! with the status rules of every metric, divided by their seconds, and by the device's peak.
 
+use std::collections::BTreeMap;
+
 use crate::error::{Error, Result};
 use crate::report::{MetricResult, RateResult, Status, StepTiming, ThroughputReport, SCHEMA_VERSION};
 
@@ -8,6 +10,16 @@ use crate::report::{MetricResult, RateResult, Status, StepTiming, ThroughputRepo
 /// step's is partial or a step's count is unavailable, unavailable when the sum overflows.
 fn summed(steps: &[StepTiming]) -> MetricResult {
     MetricResult::sum(steps.iter().map(|s| &s.flops), "steps")
+}
+
+/// The steps' FLOPs by phase: each phase summed over the steps that have it (a phase no step
+/// ran is absent), with the status rules of `summed`.
+fn summed_phases(steps: &[StepTiming]) -> BTreeMap<String, MetricResult> {
+    let mut parts: BTreeMap<&str, Vec<&MetricResult>> = BTreeMap::new();
+    for (phase, metric) in steps.iter().flat_map(|s| &s.by_phase) {
+        parts.entry(phase.as_str()).or_default().push(metric);
+    }
+    parts.into_iter().map(|(phase, parts)| (phase.to_owned(), MetricResult::sum(parts, "phase"))).collect()
 }
 
 /// `numerator / denominator` with the numerator's status.
@@ -40,6 +52,7 @@ pub fn throughput_report(steps: Vec<StepTiming>, peak: Option<f64>, keep_steps: 
         return Err(Error::BadArgument("the step records' counts overflow 2^64".into()));
     };
     let flops = summed(&steps);
+    let by_phase = summed_phases(&steps);
     let seconds: f64 = steps.iter().map(|s| s.seconds).sum();
     let flops_per_second = rate(&flops, Some(seconds), "FLOP/s");
     // MFU: the FLOP rate over the peak, with the rate's status.
@@ -57,6 +70,7 @@ pub fn throughput_report(steps: Vec<StepTiming>, peak: Option<f64>, keep_steps: 
         steps: count,
         seconds,
         flops,
+        by_phase,
         flops_per_second,
         peak_flops_per_second: peak,
         mfu,
@@ -79,6 +93,7 @@ mod tests {
                 scope: "workload".into(),
                 method: METHOD_NATIVE.into(),
             },
+            by_phase: BTreeMap::new(),
             seconds,
             count: 1,
         }
@@ -157,5 +172,56 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(parsed.count, 1);
+    }
+
+    fn phased(phases: &[(&str, MetricResult)], seconds: f64) -> StepTiming {
+        let by_phase: BTreeMap<String, MetricResult> =
+            phases.iter().map(|(p, m)| ((*p).to_owned(), m.clone())).collect();
+        let flops = MetricResult::sum(by_phase.values(), "workload");
+        StepTiming { flops, by_phase, seconds, count: 1 }
+    }
+
+    #[test]
+    fn phases_are_summed_over_the_steps_that_have_them() {
+        // Step 1, a training step: forward 60, backward 54, optimizer 15 (the SGD step on a
+        // Linear(4, 3) of MIGRATING.md). Step 2: forward 60, a partial backward (50 known), no
+        // optimizer step. Step 3, an evaluation step: forward 20 only.
+        // forward: 60 + 60 + 20 = 140, complete; backward: 54 + 50 = 104 known, partial (step 2's
+        // is); optimizer: 15, step 1's alone, complete.
+        let c = |v| MetricResult::complete(v, "phase");
+        let steps = vec![
+            phased(&[("forward", c(60)), ("backward", c(54)), ("optimizer", c(15))], 1.0),
+            phased(&[("forward", c(60)), ("backward", MetricResult::partial(50, "phase"))], 1.0),
+            phased(&[("forward", c(20))], 1.0),
+        ];
+        let report = throughput_report(steps, None, true).unwrap();
+        fn phase<'a>(report: &'a ThroughputReport, p: &str) -> (Status, Option<u64>, Option<u64>, &'a str) {
+            let m = &report.by_phase[p];
+            (m.status, m.value, m.known_value, m.scope.as_str())
+        }
+        assert_eq!(phase(&report, "forward"), (Status::Complete, Some(140), Some(140), "phase"));
+        assert_eq!(phase(&report, "backward"), (Status::Partial, None, Some(104), "phase"));
+        assert_eq!(phase(&report, "optimizer"), (Status::Complete, Some(15), Some(15), "phase"));
+        assert_eq!(report.by_phase.len(), 3);
+        // The total: 129 + 110 + 20 = 259 known (60 + 54 + 15, 60 + 50, 20), partial.
+        assert_eq!((report.flops.status, report.flops.known_value), (Status::Partial, Some(259)));
+        // Each kept step keeps its own phases.
+        assert_eq!(report.per_step[2].by_phase.keys().collect::<Vec<_>>(), ["forward"]);
+        assert_eq!(report.per_step[0].by_phase["optimizer"].value, Some(15));
+        // Folding (a record summing steps 1 and 2, as Throughput folds) then step 3 gives the
+        // same phases as the three records apart.
+        let steps = vec![
+            phased(&[("forward", c(60)), ("backward", c(54)), ("optimizer", c(15))], 1.0),
+            phased(&[("forward", c(60)), ("backward", MetricResult::partial(50, "phase"))], 1.0),
+        ];
+        let first = throughput_report(steps, None, false).unwrap();
+        let folded = StepTiming { flops: first.flops, by_phase: first.by_phase, seconds: first.seconds, count: 2 };
+        let report = throughput_report(vec![folded, phased(&[("forward", c(20))], 1.0)], None, false).unwrap();
+        assert_eq!(phase(&report, "forward"), (Status::Complete, Some(140), Some(140), "phase"));
+        assert_eq!(phase(&report, "backward"), (Status::Partial, None, Some(104), "phase"));
+        assert_eq!(phase(&report, "optimizer"), (Status::Complete, Some(15), Some(15), "phase"));
+        // Steps without phases (records of torchscan before 0.3) give none.
+        let report = throughput_report(vec![step(Status::Complete, Some(5), Some(5), 1.0)], None, false).unwrap();
+        assert!(report.by_phase.is_empty());
     }
 }

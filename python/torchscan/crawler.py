@@ -183,6 +183,7 @@ def _analyse(
             "parameter_totals": {**_parameter_totals(params, buffers), "masked_out": masked_out},
             "torch_version": torch.__version__,
             "scripted": _scripted(named),
+            "uncalled": recorder.uncalled(),
         }
         if table is not None:
             document["table"] = table
@@ -690,6 +691,31 @@ class _Recorder:
         if masked:
             parameters = (*parameters, _effective(parameters, fresh))
         return parameters, buffers
+
+    def uncalled(self) -> list[list[Any]]:
+        """``[module row, label, parameters, buffers]`` of each module that holds parameters of
+        its own and has no layer record (never called), in ``named_modules()`` order (a lazy
+        one, its parameters uninitialized, is left out: its size is unknown): the
+        tensors no call counted (``_account``'s rule continues, so a tensor shared with a call,
+        or with an earlier one of these, is counted once). The modules inside an attention
+        module or a root Transformer are left out: that call counts their tensors."""
+        recorded = {record[0] for record in self.layers}
+        wholes = [f"{t.path}." if t.path else "" for t in self._rows if t.attention]
+        out: list[list[Any]] = []
+        for target in self._rows:
+            if target.index in recorded or not target.path:
+                continue
+            if any(target.path.startswith(prefix) for prefix in wholes):
+                continue
+            if not any(p is not None for p in target.module._parameters.values()):
+                continue
+            try:
+                parameters, buffers = self._own_tensors(target.module, target.attention, target.masks)
+            except _Lazy:
+                # A lazy module never called: its size is unknown (the totals say so), no row.
+                continue
+            out.append([target.index, target.label, parameters, buffers])
+        return out
 
     def _list_script_members(self, members: list[_Target]) -> None:
         """A layer record for each submodule of a TorchScript module, after its first call:

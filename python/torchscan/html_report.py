@@ -149,6 +149,14 @@ def _flops(row: Mapping[str, Any]) -> tuple[int, str]:
     return int(value or 0), str(metric.get("status", "unavailable"))
 
 
+def _kind(row: Mapping[str, Any]) -> str:
+    """What a tree row is: its type; a module never called that holds parameters says so, and a
+    container never called itself is named as one."""
+    if row.get("uncalled"):
+        return f"{row['type']}, never called"
+    return str(row["type"] or "container, not called itself")
+
+
 def _icicle(report: Mapping[str, Any]) -> tuple[str, int]:
     """The module tree (the one every table is drawn from: containers never called included,
     calls in call order) as an SVG icicle; and its depth (rows)."""
@@ -166,7 +174,7 @@ def _icicle(report: Mapping[str, Any]) -> tuple[str, int]:
         flops, status = _flops(row)
         deepest = max(deepest, depth)
         name = row["path"] or row["name"]
-        kind = row["type"] or "container, not called itself"
+        kind = _kind(row)
         fraction = flops / total
         share = f"{100 * fraction:.1f}%"
         title = f"{name} ({kind}): {human(flops)} ({flops:,} FLOPs), {share}, {status}"
@@ -344,7 +352,7 @@ def _layers(report: Mapping[str, Any]) -> str:
     rows = []
     for row in tree:
         flops, status = _flops(row)
-        kind = row["type"] or "container, not called itself"
+        kind = _kind(row)
         layer = None if row["layer"] is None else report["layers"][row["layer"]]
         # A container never called itself has no call index: "-".
         call = str(layer["call_index"]) if layer is not None else "-"

@@ -30,6 +30,7 @@ __all__ = [
     "StepTiming",
     "ThroughputReport",
     "Traffic",
+    "UncalledModule",
     "metric_result",
 ]
 
@@ -134,6 +135,9 @@ class FlopReport(TypedDict):
     integer_ops: NotRequired[IntegerOps]
     #: This rank's torch.distributed collectives; present when one ran (schema version 2).
     communication: NotRequired[Communication]
+    #: ``crawl_module``'s: the labels of the modules that hold parameters and were never
+    #: called (``format_flops`` gives each a row); absent when there are none.
+    uncalled_modules: NotRequired[list[str]]
 
 
 class LayerReport(TypedDict):
@@ -159,6 +163,18 @@ class LayerReport(TypedDict):
     metrics: dict[str, MetricResult]
 
 
+class UncalledModule(TypedDict):
+    """A module that holds parameters and was never called (``AnalysisReport.uncalled_modules``):
+    the tensors it holds that no call counted, as a layer's ``parameters`` and ``buffers``."""
+
+    path: str
+    name: str
+    depth: int
+    type: str
+    parameters: dict[str, int | bool | None]
+    buffers: dict[str, int | bool | None]
+
+
 class TrainingStepReport(TypedDict):
     """``torchscan MODEL --train``: one training step, counted (``by_phase``: forward,
     backward, optimizer); ``memory``: the peak memory of a second step (with ``--memory``)."""
@@ -181,6 +197,9 @@ class AnalysisReport(TypedDict):
     training: NotRequired[TrainingStepReport]
     #: Only in ``torchscan MODEL --memory --json`` reports: the forward's MemoryStats.
     memory: NotRequired[dict[str, Any]]
+    #: The modules of ``named_modules()`` that hold parameters and were never called, in that
+    #: order (every table gives each a row); absent when there are none.
+    uncalled_modules: NotRequired[list[UncalledModule]]
 
 
 class MetricDiff(TypedDict):
@@ -221,7 +240,9 @@ class RateResult(TypedDict):
 
 class StepTiming(TypedDict):
     flops: MetricResult
+    by_phase: NotRequired[dict[str, MetricResult]]
     seconds: float
+    count: NotRequired[int]
 
 
 class ThroughputReport(TypedDict):
@@ -231,6 +252,7 @@ class ThroughputReport(TypedDict):
     steps: int
     seconds: float
     flops: MetricResult
+    by_phase: dict[str, MetricResult]
     flops_per_second: RateResult
     peak_flops_per_second: float | None
     mfu: RateResult
@@ -253,6 +275,7 @@ class RankFigures(TypedDict):
 class MergedThroughput(TypedDict):
     seconds: float
     flops: MetricResult
+    by_phase: dict[str, MetricResult]
     flops_per_second: RateResult
     peak_flops_per_second: float | None
     mfu: RateResult

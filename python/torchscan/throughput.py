@@ -10,8 +10,11 @@
 
 Each step is a ``count_flops`` block (every operator it dispatches, forward, backward and optimizer)
 timed from its start to its end; the report sums the steps' FLOPs and seconds, so it is the
-average rate over them. Only each step's total and time are kept (no FlopReport per step), unless
-``keep_steps=True`` asks for the per-step figures. The time includes the counting itself (about
+average rate over them, and their FLOPs by phase (``by_phase``: ``forward``, ``backward`` and
+``optimizer``, the work of ``torch.optim`` steps, each summed over the steps that have it, as
+``count_flops`` reports them for one step). Only each step's total, phases and time are kept (no
+FlopReport per step), unless ``keep_steps=True`` asks for the per-step figures (each with its
+own ``by_phase``). The time includes the counting itself (about
 0.5 us per operator on a CPU, `docs/performance.md`), so the rate is a slight underestimate where
 operators are tiny; on CUDA the clock is read after synchronizing the device, so that a step's
 time covers its kernels.
@@ -80,7 +83,7 @@ class Throughput:
         peak_flops: the device's peak FLOP/s for MFU (``peak_flops("A100", torch.bfloat16)``);
             ``None``: MFU is unavailable.
         modules, custom_mapping, threads: as in :func:`torchscan.count_flops`, for every step.
-        keep_steps: keep each step's FLOPs and seconds in the report (``per_step``).
+        keep_steps: keep each step's FLOPs, phases and seconds in the report (``per_step``).
         synchronize: synchronize CUDA before each reading of the clock; ``None`` (default):
             when CUDA is initialized.
         clock: the clock, in seconds (``time.perf_counter``).
@@ -134,14 +137,21 @@ class Throughput:
         return report
 
     def _fold(self) -> None:
-        """Without ``keep_steps``, the steps so far become one record (their FLOPs summed by the
+        """Without ``keep_steps``, the steps so far become one record (their FLOPs and phases summed by the
         core's rules, their seconds summed, their number kept) once FOLD_AT have gathered: a
         long loop holds a bounded record, and the report is the one the steps apart would give (the
         seconds up to floating-point rounding)."""
         if self._keep_steps or len(self._steps) < FOLD_AT:
             return
         folded = json.loads(ops.throughput_report(json.dumps(self._steps), 0.0, False))
-        self._steps = [{"flops": folded["flops"], "seconds": folded["seconds"], "count": folded["steps"]}]
+        self._steps = [
+            {
+                "flops": folded["flops"],
+                "by_phase": folded["by_phase"],
+                "seconds": folded["seconds"],
+                "count": folded["steps"],
+            }
+        ]
 
     def _now(self) -> float:
         synchronize = self._synchronize
@@ -197,5 +207,6 @@ class _Step:
         seconds = end - self._start
         if seconds < 0:
             raise ValueError(f"the clock went backwards during a step ({seconds} s)")
-        meter._steps.append({"flops": self._counter.report()["total"], "seconds": seconds})
+        counted = self._counter.report()
+        meter._steps.append({"flops": counted["total"], "by_phase": counted["by_phase"], "seconds": seconds})
         meter._fold()

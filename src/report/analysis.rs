@@ -32,6 +32,32 @@ pub struct AnalysisReport {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     #[schemars(with = "PeakMemory")]
     pub memory: Option<PeakMemory>,
+    /// The modules of `named_modules()` that hold parameters (of their own) and were never
+    /// called, in `named_modules()` order: an unused `nn.Linear` kept as an attribute. They are
+    /// not layers (no call); the module tree every table is drawn from gives each a row, its
+    /// parameters counted in its parents'. Additive: absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub uncalled_modules: Vec<UncalledModule>,
+}
+
+/// A module that holds parameters and was never called (`AnalysisReport.uncalled_modules`):
+/// its place, its type and the tensors it holds that no call (and no uncalled module before it)
+/// counted, with the layers' accounting (`shared`: some were counted there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UncalledModule {
+    /// The module's dotted path, escaped as the layers' are.
+    #[schemars(length(min = 1))]
+    pub path: String,
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[schemars(range(min = 1))]
+    pub depth: u64,
+    #[serde(rename = "type")]
+    #[schemars(length(min = 1))]
+    pub type_name: String,
+    pub parameters: Parameters,
+    pub buffers: Buffers,
 }
 
 /// One training step (`torchscan MODEL --train`): the forward in training mode, a loss, the

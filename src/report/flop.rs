@@ -122,6 +122,11 @@ pub struct FlopReport {
     /// version 2).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub communication: Option<Communication>,
+    /// Labels (as `by_module`'s) of the modules that hold parameters and were never called, in
+    /// `named_modules()` order: `crawl_module`'s `operator_flops` has them, so that the module
+    /// tree of `format_flops` gives each a row (0 FLOPs). Additive: absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub uncalled_modules: Vec<String>,
 }
 
 /// The integer arithmetic of quantized kernels (`quantized::linear`, `quantized::conv2d`,

@@ -19,7 +19,7 @@ mod throughput;
 
 pub use analysis::{
     AnalysisContext, AnalysisMode, AnalysisReport, Buffers, CallMeta, ExecutionMode, InputSource, Inputs, Layer,
-    LayerMetrics, MappingItem, MappingKey, Parameters, Totals, ValueMeta,
+    LayerMetrics, MappingItem, MappingKey, Parameters, Totals, UncalledModule, ValueMeta,
 };
 pub use communication::{Communication, Distributed, PhaseTraffic, Traffic, CONVENTION};
 pub use diff::{ComparedMetric, LayerChanges, LayerDiff, LayerSnapshot, MetricDiff, ReportDiff};

@@ -113,6 +113,7 @@ impl Session {
                 IntegerOps::new(i.flops, i.incomplete, i.overflowed, operators.integer_by_operator)
             }),
             communication,
+            uncalled_modules: Vec::new(),
         }
     }
 

@@ -2,22 +2,31 @@
 
 Every row's parameters are compared with what `named_modules()` gives, computed here by hand:
 each parameter tensor belongs to the first module call that holds it (the report's rule, so
-that a tied weight, GPT-2's `lm_head.weight` which is `wte.weight`, is counted once), and a
-row holds the tensors of every module at or under its path. A module above calls that is never
-called itself (GPT-2's `h`, Llama's `layers`) must have its row, with its blocks under it.
+that a tied weight, GPT-2's `lm_head.weight` which is `wte.weight`, is counted once), else to
+the first module never called that holds it, and a row holds the tensors of every module at or
+under its path. A module above calls that is never called itself (GPT-2's `h`, Llama's
+`layers`) must have its row, with its blocks under it; so must a module never called that holds
+parameters (an unused `nn.Linear` kept as an attribute).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+import torchscan
 import zoo
+from helpers import schema_validator
 from torchscan import crawl_module, summary
-from torchscan.utils import _module_tree, call_order, format_flops, format_info
+from torchscan.utils import _module_tree, call_order, format_flops, format_html, format_info
 
 MODELS = ["resnet18", "timm_vit_tiny", "bert_sdpa", "gpt2_eager", "llama_sdpa"]
 
@@ -39,6 +48,12 @@ def expected_rows(module: nn.Module, report: dict) -> dict[str, int]:
         for tensor in modules[layer["path"]]._parameters.values():
             if tensor is not None and id(tensor) not in owner:
                 owner[id(tensor)], numel[id(tensor)] = layer["path"], tensor.numel()
+    # Then the modules never called that hold parameters, in named_modules() order, take the
+    # tensors no call holds (the report's `uncalled_modules`).
+    for path, sub in modules.items():
+        for tensor in sub._parameters.values():
+            if tensor is not None and id(tensor) not in owner:
+                owner[id(tensor)], numel[id(tensor)] = path, tensor.numel()
     called = {layer["path"] for layer in report["layers"]}
 
     def under(path: str, other: str) -> bool:
@@ -157,3 +172,166 @@ def test_flops_by_module_follows_call_order_and_gives_containers_a_row():
     assert [line.split()[0] for line in alphabetical[3:6]] == ["Sequential", "a", "z"]
     with pytest.raises(TypeError, match="call_order must be a sequence of module labels"):
         format_flops(report["operator_flops"], call_order="Sequential")
+
+
+class WithUnused(nn.Module):
+    """A called Linear(3, 4) and an unused Linear(3, 5) kept as an attribute (never called)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.unused = nn.Linear(3, 5)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+UNUSED_MODULE = """
+from torch import nn
+
+
+class WithUnused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.unused = nn.Linear(3, 5)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def test_an_unused_linear_has_a_row_in_every_table(capsys, tmp_path):
+    # fc: 3*4 + 4 = 16 parameters, called; unused: 3*5 + 5 = 20, never called; the root
+    # holds 16 + 20 = 36, the model's parameters, each once.
+    model = WithUnused()
+    assert sum(p.numel() for p in model.parameters()) == 36
+    report = crawl_module(model, (3,))
+    assert [(m["path"], m["type"], m["parameters"]["trainable"]) for m in report["uncalled_modules"]] == [
+        ("unused", "Linear", 20)
+    ]
+    assert report["operator_flops"]["uncalled_modules"] == ["WithUnused.unused"]
+    tree = _module_tree(report)
+    assert [(row["path"], row["parameters"], row["uncalled"]) for row in tree] == [
+        ("", 36, False),
+        ("fc", 16, False),
+        ("unused", 20, True),
+    ]
+    assert tree[0]["parameters"] == report["totals"]["parameters"]["value"] == 36
+    # Its FLOPs: none ran (0); the root's 28 are fc's, 2*3*4 = 24 and 4 bias adds.
+    assert tree[2]["operator_flops"]["value"] == 0 and tree[0]["operator_flops"]["value"] == 28
+
+    # summary(): the row, with its type, no output, its 20 parameters; the root's 36.
+    summary(model, (3,))
+    printed = capsys.readouterr().out
+    rows = table_rows(printed)
+    assert rows["├─unused"][1:7] == ["Linear", "-", "20", "0", "True", "0"]
+    assert rows["WithUnused"][3] == "36" and rows["├─fc"][3] == "16"
+    assert "Total params: 36" in printed.splitlines()
+    assert "A row with a type and output '-' is a module never called" in printed
+
+    # The command's table (python -m torchscan with this worktree's package).
+    (tmp_path / "unused_model.py").write_text(UNUSED_MODULE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(torchscan.__file__).parents[1])]))
+    result = subprocess.run(
+        [sys.executable, "-m", "torchscan", "unused_model:WithUnused", "--input-shape", "3"],
+        capture_output=True, text=True, cwd=tmp_path, env={**env, "COLUMNS": "120"}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    command_rows = table_rows(result.stdout)
+    assert command_rows["├─unused"][1:4] == ["Linear", "-", "20"]
+    assert command_rows["WithUnused"][3] == "36"
+    # Its --json report carries the module, valid against the generated schema.
+    written = subprocess.run(
+        [sys.executable, "-m", "torchscan", "unused_model:WithUnused", "--input-shape", "3", "--json", "out.json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, check=False,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert [(m["path"], m["parameters"]["trainable"]) for m in document["uncalled_modules"]] == [("unused", 20)]
+    assert [(e.message, list(e.absolute_path)) for e in schema_validator("analysis_report").iter_errors(document)] == []
+
+    # format_flops: a row of 0 FLOPs (0.0% of 28) after its called sibling, no status.
+    flops = format_flops(report["operator_flops"], call_order=call_order(report)).splitlines()
+    assert [line.split() for line in flops[3:6]] == [
+        ["WithUnused", "28", "100.0%", "complete"],
+        ["fc", "28", "100.0%", "complete"],
+        ["unused", "0", "0.0%"],
+    ]
+
+    # The HTML page's layer table: the row, its type, 20 parameters.
+    page = format_html(report)
+    row = re.search(r'<tr data-row="unused"[^>]*>(.*?)</tr>', page)
+    assert row is not None, "no row for the unused module"
+    assert 'data-type="Linear, never called"' in row.group(0)
+    assert "<td>Linear</td>" in row.group(1) and '<td class="num">20</td>' in row.group(1)
+
+
+def test_an_uncalled_module_sharing_a_weight_counts_it_once():
+    # tied: a Linear(3, 4) never called whose weight is fc's: only its bias (4) is its own;
+    # fc 16 + tied 4 = 20 = the model's parameters, each once.
+    model = WithUnused()
+    del model.unused
+    model.tied = nn.Linear(3, 4)
+    model.tied.weight = model.fc.weight
+    assert sum(p.numel() for p in model.parameters()) == 20
+    report = crawl_module(model, (3,))
+    (uncalled,) = report["uncalled_modules"]
+    assert uncalled["parameters"] == {"trainable": 4, "frozen": 0, "bytes": 16, "shared": True}
+    tree = _module_tree(report)
+    assert [(row["path"], row["parameters"]) for row in tree] == [("", 20), ("fc", 16), ("tied", 4)]
+    # A report without the field (written before) still reads: no uncalled rows.
+    del report["uncalled_modules"]
+    assert [row["path"] for row in _module_tree(report)] == ["", "fc"]
+
+
+def test_gpt2_every_module_holding_parameters_has_its_row():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    # Untied embeddings: no tensor is shared, so every row holds what module.parameters() says.
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, tie_word_embeddings=False)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    # A never-called Linear(64, 8) deep in the tree: 64*8 + 8 = 520 parameters.
+    model.transformer.h[1].spare = nn.Linear(64, 8)
+    report = crawl_module(model, args=(torch.randint(0, 100, (1, 8)),), mode="structure")
+    tree = _module_tree(report)
+    by_path: dict[str, dict] = {}
+    for row in tree:
+        by_path.setdefault(row["path"], row)
+    holding = {path for path, sub in model.named_modules() if any(True for _ in sub.parameters(recurse=False))}
+    assert holding - set(by_path) == set()
+    assert "transformer.h.1.spare" in holding
+    for path, sub in model.named_modules():
+        if path in by_path:
+            assert by_path[path]["parameters"] == sum(p.numel() for p in sub.parameters()), path
+    assert (
+        tree[0]["parameters"] == sum(p.numel() for p in model.parameters()) == report["totals"]["parameters"]["value"]
+    )
+    spare = by_path["transformer.h.1.spare"]
+    assert (spare["type"], spare["uncalled"], spare["parameters"]) == ("Linear", True, 520)
+    assert tree[spare["parent"]]["path"] == "transformer.h.1"
+
+
+def test_an_uncalled_attention_module_holds_its_projections_and_a_lazy_one_has_no_row():
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.attn = nn.MultiheadAttention(8, 2)  # never called
+            self.lazy = nn.LazyLinear(3)  # never called: its size is unknown
+
+        def forward(self, x):
+            return self.fc(x)
+
+    report = crawl_module(Holder(), (5, 8))
+    # MultiheadAttention(8, 2): in_proj 3*8*8 + 3*8 = 216, out_proj 8*8 + 8 = 72: 288, one row
+    # (out_proj, inside it, has none of its own: the attention module's call would count it).
+    assert [(m["path"], m["parameters"]["trainable"]) for m in report["uncalled_modules"]] == [("attn", 288)]
+    tree = _module_tree(report)
+    # fc 8*8 + 8 = 72; the root 72 + 288 = 360 (the lazy module's parameters are not counted).
+    assert [(row["path"], row["type"], row["parameters"]) for row in tree] == [
+        ("", "Holder", 360),
+        ("fc", "Linear", 72),
+        ("attn", "MultiheadAttention", 288),
+    ]
+    assert report["totals"]["parameters"]["status"] == "unavailable"  # the lazy one's size

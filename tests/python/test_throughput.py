@@ -60,8 +60,64 @@ def test_a_training_step_counts_forward_backward_and_optimizer():
     assert report["flops"]["value"] == counter.report()["total"]["value"]
     assert report["flops_per_second"]["value"] == report["flops"]["value"] / 2.0
     assert report["mfu"]["status"] == "unavailable"  # no peak given
-    assert report["per_step"] == [{"flops": report["per_step"][0]["flops"], "seconds": 2.0}]
+    record = report["per_step"][0]
+    assert report["per_step"] == [{"flops": record["flops"], "by_phase": record["by_phase"], "seconds": 2.0}]
     assert report["per_step"][0]["flops"]["value"] == report["flops"]["value"]
+
+
+def test_phases_of_a_linear_sgd_loop_with_the_optimizer_apart():
+    # Linear(4, 3) on a [2, 4] batch, loss = out.sum(), plain SGD; per step (zero_grad sets the
+    # gradients to None: no work, and no gradient accumulation):
+    #   forward:   addmm 2*2*4*3 = 48 multiply-adds' FLOPs + 2*3 = 6 bias adds, sum of the 6 outputs
+    #              6 (1 per element summed)                                  -> 48 + 6 + 6 = 60
+    #   backward:  grad of W = grad_out^T @ x: 2*3*2*4 = 48, grad of b = sum over the batch of
+    #              grad_out [2, 3]: 6 (x needs no gradient: no grad_input)   -> 48 + 6 = 54
+    #   optimizer: p -= lr * grad, one FLOP per parameter element: 4*3 + 3  -> 15
+    # 3 steps: forward 180, backward 162, optimizer 45, total 3 * 129 = 387.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 4)
+
+    def step():
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+    with torchscan.count_flops() as counter:
+        step()
+    one = counter.report()["by_phase"]
+    per_step = {"forward": 60, "backward": 54, "optimizer": 15}
+    assert {phase: m["value"] for phase, m in one.items()} == per_step
+    meter = Throughput(keep_steps=True, clock=SteadyClock())
+    for _ in range(3):
+        with meter.step():
+            step()
+    report = meter.report()
+    assert schema_validator("throughput_report").is_valid(report)
+    assert {phase: (m["status"], m["value"], m["scope"]) for phase, m in report["by_phase"].items()} == {
+        "forward": ("complete", 180, "phase"),
+        "backward": ("complete", 162, "phase"),
+        "optimizer": ("complete", 45, "phase"),
+    }
+    assert report["flops"]["value"] == 387 == sum(m["value"] for m in report["by_phase"].values())
+    # Each step's record carries its own phases, those count_flops gives for one step.
+    assert [record["by_phase"] for record in report["per_step"]] == [one] * 3
+    # Without keep_steps, folded records keep the phases: the same report, per_step aside.
+    from torchscan.throughput import FOLD_AT
+
+    folded = Throughput(clock=SteadyClock())
+    for _ in range(FOLD_AT + 1):
+        with folded.step():
+            step()
+    assert len(folded._steps) < FOLD_AT
+    # 257 steps: forward 257 * 60 = 15,420, backward 257 * 54 = 13,878, optimizer 257 * 15 = 3,855.
+    phases = folded.report()["by_phase"]
+    assert {phase: m["value"] for phase, m in phases.items()} == {
+        "forward": 15_420,
+        "backward": 13_878,
+        "optimizer": 3_855,
+    }
 
 
 def test_a_partial_step_makes_a_lower_bound():
