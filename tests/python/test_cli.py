@@ -227,17 +227,18 @@ def test_compare_two_real_reports(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
     assert lines[0] == "Totals: 5 changed, 4 not exact, 3 unchanged"
-    # Parameters: + Linear(8, 2) = 18; operator FLOPs: + 2*8*2 for its matmul.
+    # Parameters: + Linear(8, 2) = 18. Operator FLOPs on one row: before, Linear(4, 8) 2*4*8 + 8 bias
+    # adds = 72 and the doubling 8 = 80; after, 72 + ReLU 8 + Linear(8, 2) 2*8*2 + 2 = 34: 114.
     assert "parameters 40 58 +18 complete" in lines
     # Without pruning masks the effective counts are the dense ones.
     assert "effective_parameters 40 58 +18 complete" in lines
-    assert "operator_flops 72 104 +32 complete" in lines
+    assert "operator_flops 80 114 +34 complete" in lines
     # module_flops before is partial (Doubler has no formula): a lower bound, no exact change.
     assert "module_flops >= 64 104 ? partial" in lines
     assert "Layers: 1 added, 0 removed, 2 changed" in lines
-    assert "(root) operator_flops 72 104 +32 complete" in lines
+    assert "(root) operator_flops 80 114 +34 complete" in lines
     assert "1 receptive_field unavailable 1 ? unavailable" in lines
-    assert "+ 2 operator_flops - 32 added complete" in lines
+    assert "+ 2 operator_flops - 34 added complete" in lines
     assert lines[-1].startswith("Change '?': not exact")
 
     as_json = run("compare", str(before), str(after), "--json", "-", cwd=tmp_path)

@@ -109,11 +109,11 @@ def test_inputs_by_name_and_batch_size(capsys):
     assert [a["shape"] for a in report["inputs"]["args"]] == [[4, 3, 8, 8]]
     assert report["inputs"]["kwargs"]["side"]["shape"] == [4, 5]
     # Conv2d(3, 4, 3) on 8x8: 6x6x4 outputs of 27 MACs each, per sample; Linear(5, 4): 20 MACs
-    # (2 FLOPs per MAC, the bias folded in, as FlopCounterMode counts them).
-    conv, linear = 2 * 27 * 6 * 6 * 4, 2 * 5 * 4
+    # (2 FLOPs per MAC), and one bias add per output element (the bias convention).
+    conv, linear = 2 * 27 * 6 * 6 * 4 + 6 * 6 * 4, 2 * 5 * 4 + 4
     by_module = report["operator_flops"]["by_module"]
-    assert by_module["TwoInputs.image"] == 4 * conv == 31_104
-    assert by_module["TwoInputs.side"] == 4 * linear == 160
+    assert by_module["TwoInputs.image"] == 4 * conv == 31_680
+    assert by_module["TwoInputs.side"] == 4 * linear == 176
 
 
 def test_constructor_keywords(capsys):

@@ -142,7 +142,8 @@ def test_other_reports_are_refused_with_a_hint():
     report = torchscan.crawl_module(nn.Linear(4, 2), (4,))
     with pytest.raises(ValueError, match=r"pass report\['operator_flops'\]"):
         format_flops(report)
-    assert format_flops(report["operator_flops"]).startswith("Total: 16 FLOPs (complete)")
+    # Linear(4, 2) on one row: 2*4*2 = 16, plus 2 bias adds
+    assert format_flops(report["operator_flops"]).startswith("Total: 18 FLOPs (complete)")
     with pytest.raises(ValueError, match="does not match the FlopReport schema"):
         format_flops({"total": 1})
     with pytest.raises(ValueError, match="must be a FlopReport"):

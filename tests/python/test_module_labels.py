@@ -46,10 +46,10 @@ class Net(nn.Module):
         return self.head(self.block(x))
 
 
-# addmm: 2 FLOPs per multiply-add of the 4x8 @ 8x8 product; the bias add is not counted
-# (PyTorch's flop-counter convention, docs/formulas.md).
-LINEAR = 2 * 4 * 8 * 8
-HEAD = 2 * 4 * 8 * 2
+# addmm: 2 FLOPs per multiply-add of the 4x8 @ 8x8 product, plus one add per output element for
+# the bias (the bias convention, docs/formulas.md).
+LINEAR = 2 * 4 * 8 * 8 + 4 * 8
+HEAD = 2 * 4 * 8 * 2 + 4 * 2
 RELU = 4 * 8
 # by_module of one Net call.
 NET_LABELS = {

@@ -41,7 +41,7 @@ def test_count_flops_reports_the_optimizer_step_apart():
         "backward": ("complete", BACKWARD),
         "optimizer": ("complete", SGD),
     }
-    assert report["total"]["value"] == FORWARD + BACKWARD + SGD == 123
+    assert report["total"]["value"] == FORWARD + BACKWARD + SGD == 129
     schema_validator("flop_report").validate(report)
     # The hooks are installed only while a session counts.
     assert not _global_optimizer_pre_hooks and not _global_optimizer_post_hooks
