@@ -32,6 +32,20 @@ mod bridge {
         Packed = 10,
         Group = 11,
         Data = 12,
+        Choice = 13,
+    }
+
+    /// The codes of `Choice` records: the string arguments formulas read; must equal
+    /// `args::choice::*` (checked below at compile time).
+    #[repr(i64)]
+    enum StringChoice {
+        Reduced = 1,
+        Complete = 2,
+        R = 3,
+        Gels = 4,
+        Gelsy = 5,
+        Gelsd = 6,
+        Gelss = 7,
     }
 
     /// How many sessions can be open at once (`registry::MAX_SESSIONS`): the shim keeps one
@@ -241,7 +255,10 @@ mod bridge {
     }
 }
 
-use bridge::{ArgTag, DecisionBit, EventDescription, Limits, OpEvent, OpStart, OpenedSession, OperatorClass, Receipt};
+use bridge::{
+    ArgTag, DecisionBit, EventDescription, Limits, OpEvent, OpStart, OpenedSession, OperatorClass, Receipt,
+    StringChoice,
+};
 
 const _: () = {
     assert!(ArgTag::None.repr == args::TAG_NONE);
@@ -257,6 +274,14 @@ const _: () = {
     assert!(ArgTag::Packed.repr == args::TAG_PACKED);
     assert!(ArgTag::Group.repr == args::TAG_GROUP);
     assert!(ArgTag::Data.repr == args::TAG_DATA);
+    assert!(ArgTag::Choice.repr == args::TAG_CHOICE);
+    assert!(StringChoice::Reduced.repr == args::choice::REDUCED);
+    assert!(StringChoice::Complete.repr == args::choice::COMPLETE);
+    assert!(StringChoice::R.repr == args::choice::R);
+    assert!(StringChoice::Gels.repr == args::choice::GELS);
+    assert!(StringChoice::Gelsy.repr == args::choice::GELSY);
+    assert!(StringChoice::Gelsd.repr == args::choice::GELSD);
+    assert!(StringChoice::Gelss.repr == args::choice::GELSS);
     assert!(Limits::Sessions.repr as usize == registry::MAX_SESSIONS);
     assert!(DecisionBit::Skip.repr == Decision::SKIP.0);
     assert!(DecisionBit::Capture.repr == Decision::CAPTURE);

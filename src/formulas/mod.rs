@@ -415,6 +415,19 @@ const LAPACK_FACTORIZATIONS: &Convention = &Convention {
            Cholesky 2/3 n^3, eigenvalues only 10 n^3",
     source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
 };
+const QR: &Convention = &Convention {
+    rule: "LAPACK Working Note 41 counts per matrix: Householder QR 2mn^2 - 2/3 n^3 (m >= n; m and n swapped \
+           otherwise), then Q formed from its k = min(m, n) reflectors, 4mqk - 2(m+q)k^2 + 4/3 k^3: mode reduced \
+           q = k, complete q = m, r no Q; complex 4x",
+    source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
+};
+const LEAST_SQUARES: &Convention = &Convention {
+    rule: "per matrix, M >= N the larger and smaller of m and n, k right-hand sides: gels QR 2MN^2 - 2/3 N^3, \
+           Q^T B 4MNk - 2N^2 k, triangular solve N^2 k; gelsy the same for a full-rank matrix, + 2m^2(n - m) to \
+           reduce the trapezoid when m < n; gelsd and gelss an estimate (the SVD is iterative): 4MN^2 + 8N^3 + \
+           4MNk; no driver: the device's default (gelsy on the CPU, gels elsewhere); complex 4x",
+    source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
+};
 const SEARCHING: &Convention = &Convention {
     rule: "ceil(log2(n + 1)) comparisons per value searched among n; mode a sort and a pass; unique_consecutive \
            1 per element; unique_dim r ceil(log2 r) + r slice comparisons of w elements; histogram as histc (+ a \
@@ -1233,6 +1246,8 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::linalg_ldl_factor_ex", LinearAlgebra, linalg::ldl_factor, LAPACK_FACTORIZATIONS),
     row!("aten::linalg_ldl_solve", LinearAlgebra, linalg::ldl_solve, LAPACK_FACTORIZATIONS),
     row!("aten::_linalg_eigvals", LinearAlgebra, linalg::eigvals, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_qr", LinearAlgebra, linalg::qr, QR),
+    row!("aten::linalg_lstsq", LinearAlgebra, linalg::lstsq, LEAST_SQUARES),
     row!("aten::linalg_eigvals", LinearAlgebra, descend, COMPOSITE_KERNEL),
     row!("aten::linalg_lu", LinearAlgebra, descend, COMPOSITE_KERNEL),
     row!("aten::linalg_matrix_exp", LinearAlgebra, descend, COMPOSITE_KERNEL),

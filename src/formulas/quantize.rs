@@ -23,9 +23,6 @@ pub struct Uncounted {
 
 /// Why an operator's work cannot be priced from what the dispatcher shows.
 const TEST_ONLY: &str = "a PyTorch internal test operator, not model work";
-const MODE_STRING: &str =
-    "its algorithm is chosen by a string argument (QR's mode, least squares' driver), which the observer does not \
-     read: a count for one choice would be wrong for the others";
 const OPAQUE_OPERAND: &str = "an operand the dispatcher shows no sizes for (a compressed or packed buffer)";
 const DATA_DEPENDENT: &str =
     "its work depends on the values (each box's size and angle), which the observer does not read";
@@ -38,8 +35,6 @@ pub static UNCOUNTED: &[Uncounted] = &[
     Uncounted { operator: "aten::_test_optional_filled_intlist", reason: TEST_ONLY },
     Uncounted { operator: "aten::_test_optional_floatlist", reason: TEST_ONLY },
     Uncounted { operator: "aten::_test_optional_intlist", reason: TEST_ONLY },
-    Uncounted { operator: "aten::linalg_qr", reason: MODE_STRING },
-    Uncounted { operator: "aten::linalg_lstsq", reason: MODE_STRING },
     Uncounted { operator: "aten::_cslt_sparse_mm", reason: OPAQUE_OPERAND },
     Uncounted { operator: "aten::_cslt_sparse_mm_search", reason: OPAQUE_OPERAND },
     Uncounted { operator: "aten::quantized_lstm", reason: OPAQUE_OPERAND },
