@@ -297,7 +297,9 @@ const DISTANCE: &Convention =
     &Convention { rule: "per pair and feature: 3 (difference, power, accumulate); backward 4", source: TORCHSCAN };
 const RMS_NORM: &Convention = &Convention {
     rule: "per element: 3 (square, the mean's add, scale), 4 with a weight, and 2 per normalized row (epsilon, \
-           reciprocal square root): its CPU decomposition's count; weight norm 3 per element of v; backward 2x per element",
+           reciprocal square root): its CPU decomposition's count; backward as the decomposition's autograd \
+           backward: the input's gradient 8 per element (9 with a weight) and 3 per row, the weight's 2 per \
+           element; weight norm 3 per element of v, backward 2x per element",
     source: TORCHSCAN,
 };
 const FUSED_OPTIMIZER: &Convention = &Convention {
