@@ -180,8 +180,8 @@ bool is_sparse_layout(c10::Layout layout) {
 
 // A quantized kernel's packed weight (a torchbind object: `LinearPackedParamsBase`,
 // `Conv{1,2,3}dPackedParamsBase`) hides its shape from the dispatcher. Its record, read through
-// the object's own methods: the weight's (dtype, ndim, dims...), then n and n parameters (none
-// for a linear; for a convolution the spatial rank d, stride, padding, output padding and
+// the object's own methods: the weight's (dtype, ndim, dims...), then n and n parameters (for a
+// linear, whether it has a bias, 1 or 0; for a convolution the spatial rank d, stride, padding, output padding and
 // dilation (d each), groups, transposed). Unpacking copies the weight, so each object is read
 // once per thread and kept by a weak reference (which also keeps its address from being reused
 // while the entry lives); the cache allocates only when it meets a new object.
@@ -222,13 +222,17 @@ bool read_packed(const c10::intrusive_ptr<c10::ivalue::Object>& object, std::vec
   if (!linear && dims == 0) return false;
   // The methods run operators (unpacking allocates a tensor): none of them is the workload's.
   at::RecordFunctionGuard no_observers(false);
-  c10::IValue weight =
-      linear ? call_method(object, "unpack").toTupleRef().elements().at(0) : call_method(object, "weight");
+  c10::IValue unpacked = linear ? call_method(object, "unpack") : c10::IValue();
+  c10::IValue weight = linear ? unpacked.toTupleRef().elements().at(0) : call_method(object, "weight");
   Buffer weight_record;
   if (!weight.isTensor() || !push_tensor_record(weight.toTensor(), weight_record)) return false;
   record.assign(weight_record.data(), weight_record.data() + weight_record.size());
   if (linear) {
-    record.push_back(0);
+    // One parameter: whether it holds a bias (a dynamic kernel adds it in floating point).
+    const auto& elements = unpacked.toTupleRef().elements();
+    const bool bias = elements.size() > 1 && elements[1].isTensor() && elements[1].toTensor().defined();
+    record.push_back(1);
+    record.push_back(bias ? 1 : 0);
     return true;
   }
   std::vector<int64_t> params{dims};

@@ -16,7 +16,7 @@
 //! - `PACKED`: tag, the weight's dtype, ndim, dims..., then n, then n parameters: a quantized
 //!   kernel's packed weight (`quantized::linear`'s, `quantized::conv2d`'s), read by the shim
 //!   through the object's methods (for a convolution: spatial rank d, stride, padding, output
-//!   padding and dilation (d each), groups, transposed; nothing for a linear).
+//!   padding and dilation (d each), groups, transposed; for a linear, whether it has a bias).
 //! - `GROUP`: tag, size, rank: a `torch.distributed` process group (a c10d collective's
 //!   `process_group` argument, or a functional collective's group name, resolved by the shim).
 //!   Only a collective's inputs carry it (`OpEvent::collective_inputs`); elsewhere it is `OTHER`.

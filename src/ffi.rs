@@ -94,6 +94,8 @@ mod bridge {
         phase: u8,
         category: u8,
         flops: u64,
+        /// The floating-point work of an integer kernel, counted as FLOPs (`Formula::float`).
+        float_flops: u64,
     }
 
     /// Where an operator event comes from (`session::OpCall`, with the session's slot).
@@ -484,14 +486,14 @@ fn on_op_start(start: &OpStart, event: &OpEvent, receipt: &mut Receipt) -> u8 {
     let decision = registry::guarded_event(slot, generation, || {
         registry::on_op_start(slot, generation, call, &Event(event), &mut counted)
     });
-    let session::Receipt { valid, op, scope, phase, category, flops } = counted;
-    *receipt = Receipt { valid, op, scope, phase, category, flops };
+    let session::Receipt { valid, op, scope, phase, category, flops, float_flops } = counted;
+    *receipt = Receipt { valid, op, scope, phase, category, flops, float_flops };
     decision.0
 }
 
 fn on_op_abort(slot: usize, generation: u64, receipt: &Receipt) {
-    let &Receipt { valid, op, scope, phase, category, flops } = receipt;
-    let receipt = session::Receipt { valid, op, scope, phase, category, flops };
+    let &Receipt { valid, op, scope, phase, category, flops, float_flops } = receipt;
+    let receipt = session::Receipt { valid, op, scope, phase, category, flops, float_flops };
     let _ = catch_unwind(AssertUnwindSafe(|| registry::on_op_abort(slot, generation, receipt)));
 }
 

@@ -176,6 +176,10 @@ pub struct Formula {
     /// multiply 6, ...: the convention at the row). Without one, a complex call is a
     /// `Complex` error (partial), never a real-valued price.
     pub complex: Option<u64>,
+    /// For an integer kernel (`Category::Integer`) that also computes in floating point (a
+    /// dynamic quantized Linear: quantizing its input, dequantizing its output, the bias): that
+    /// work's FLOPs, counted in `pointwise` beside the kernel's integer operations.
+    pub float: Option<FlopFn>,
 }
 
 impl Formula {
@@ -472,6 +476,26 @@ const INTEGER_PRODUCT: &Convention = &Convention {
     rule: "integer operations, not FLOPs: 2 per multiply-accumulate (int8 x int8 into int32); requantization and a fused ReLU not counted",
     source: TORCHSCAN,
 };
+/// A dynamic quantized Linear (`quantized::linear_dynamic`, fbgemm or qnnpack): the integer
+/// product as `INTEGER_PRODUCT`, and the floating-point work around it counted as FLOPs, as the
+/// separate operators would count it: the input's dynamic quantization (`quantize_per_tensor_dynamic`,
+/// 6 per element: its minimum and maximum, 2; divide, zero point, round, clamp, 4; the scale and
+/// zero point, per tensor, nothing per element), the output's dequantization (1 per element: the
+/// multiply by the input's and the weight's scales; the zero points' corrections are integer
+/// work, in the product), the bias when the packed weight has one and the fused ReLU's clamp on
+/// the floating-point output (1 per output element each).
+const DYNAMIC_INTEGER_PRODUCT: &Convention = &Convention {
+    rule: "integer operations: 2 per multiply-accumulate (int8 x int8 into int32); and FLOPs (pointwise) for the \
+           floating-point work around it: the input's dynamic quantization 6 per input element (minimum and maximum \
+           2, quantize 4), the output's dequantization 1 per output element (the scales' multiply), the bias and a \
+           fused ReLU 1 per output element each",
+    source: TORCHSCAN,
+};
+const DYNAMIC_QUANTIZE: &Convention = &Convention {
+    rule: "6 FLOPs per element: the minimum and maximum (2), then divide by the scale, add the zero point, round, \
+           clamp (4)",
+    source: TORCHSCAN,
+};
 const PACKED_FP16_PRODUCT: &Convention = &Convention {
     rule: "2 FLOPs per multiply-accumulate (fp16 weight, float activations); the weight's shape read from its packed object",
     source: TORCHSCAN,
@@ -504,6 +528,7 @@ macro_rules! row {
             convention: $conv,
             sparse: None,
             complex: None,
+            float: None,
         }
     };
     ($op:literal, $cat:ident, $f:expr, $conv:expr, sparse: $s:expr) => {
@@ -515,6 +540,7 @@ macro_rules! row {
             convention: $conv,
             sparse: Some($s),
             complex: None,
+            float: None,
         }
     };
     ($op:literal, $cat:ident, $f:expr, $conv:expr, sparse: $s:expr, complex: $k:literal) => {
@@ -526,6 +552,7 @@ macro_rules! row {
             convention: $conv,
             sparse: Some($s),
             complex: Some($k),
+            float: None,
         }
     };
     ($op:literal, $cat:ident, $f:expr, $conv:expr, complex: $k:literal) => {
@@ -537,6 +564,19 @@ macro_rules! row {
             convention: $conv,
             sparse: None,
             complex: Some($k),
+            float: None,
+        }
+    };
+    ($op:literal, Integer, $f:expr, $conv:expr, float: $g:expr) => {
+        Formula {
+            operator: $op,
+            category: Category::Integer,
+            flops: $f,
+            formula: concat!(stringify!($f), "`, FLOPs: `", stringify!($g)),
+            convention: $conv,
+            sparse: None,
+            complex: None,
+            float: Some($g),
         }
     };
 }
@@ -812,8 +852,20 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_int_mm", Integer, matmul::mm, INTEGER_PRODUCT),
     row!("quantized::linear", Integer, quantize::packed_linear, INTEGER_PRODUCT),
     row!("quantized::linear_relu", Integer, quantize::packed_linear, INTEGER_PRODUCT),
-    row!("quantized::linear_dynamic", Integer, quantize::packed_linear, INTEGER_PRODUCT),
-    row!("quantized::linear_relu_dynamic", Integer, quantize::packed_linear, INTEGER_PRODUCT),
+    row!(
+        "quantized::linear_dynamic",
+        Integer,
+        quantize::packed_linear,
+        DYNAMIC_INTEGER_PRODUCT,
+        float: quantize::dynamic_linear_float::<0>
+    ),
+    row!(
+        "quantized::linear_relu_dynamic",
+        Integer,
+        quantize::packed_linear,
+        DYNAMIC_INTEGER_PRODUCT,
+        float: quantize::dynamic_linear_float::<1>
+    ),
     row!("quantized::linear_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
     row!("quantized::linear_relu_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
     row!("quantized::conv1d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
@@ -837,7 +889,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("quantized::mul_scalar_relu", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
     // Quantization in floating point (integer kernels of quantized models are not FLOPs).
     row!("aten::quantize_per_tensor", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
-    row!("aten::quantize_per_tensor_dynamic", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
+    row!("aten::quantize_per_tensor_dynamic", Pointwise, quantize::per_input_element::<6>, DYNAMIC_QUANTIZE),
     row!("aten::quantize_per_channel", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
     row!("aten::dequantize", Pointwise, quantize::per_input_element::<2>, DEQUANTIZE),
     row!("aten::fake_quantize_per_tensor_affine_cachemask", Pointwise, quantize::per_input_element::<6>, FAKE_QUANTIZE),
@@ -1547,7 +1599,7 @@ mod tests {
         ("linalg_cross", 3),                              // a_i b_j - a_j b_i per output element
         ("dequantize", 2),                                // (q - zero_point) * scale
         ("quantize_per_tensor", 4),                       // divide, round, add, clamp
-        ("quantize_per_tensor_dynamic", 4),
+        ("quantize_per_tensor_dynamic", 6),               // its minimum and maximum (2), then quantize (4)
         ("quantize_per_channel", 4),
         // fake quantization: quantize (4), then dequantize (2)
         ("fake_quantize_per_tensor_affine_cachemask", 6),

@@ -6,12 +6,14 @@
 //! FLOPs. `quantized::linear_dynamic_fp16` multiplies in floating point: FLOPs, `matmul`.
 //! A packed weight's shape and a packed convolution's parameters come from the packed object
 //! (`Arg::Packed`, read by the shim). Not counted, by convention: the requantization of each
-//! output (scale and zero point) and a fused ReLU's clamp, which are the kernel's epilogue, and
-//! the dynamic kernels' quantization of their floating-point input.
+//! output (scale and zero point) and a fused ReLU's clamp, which are the integer kernels'
+//! epilogue. A dynamic kernel (`quantized::linear_dynamic`) computes in floating point around its
+//! integer product: its input's quantization, its output's dequantization and bias, which are
+//! FLOPs, counted beside its integer operations ([`dynamic_linear_float`]).
 
 use super::conv::convolution_of;
 use super::pointwise::broadcast_numel;
-use super::{mul_all, require_tensor, FormulaError};
+use super::{add, mul, mul_all, product, require_tensor, FormulaError};
 use crate::args::Args;
 
 /// An operator that does arithmetic torchscan deliberately does not count, and why. Its calls
@@ -63,6 +65,32 @@ pub fn packed_linear(args: &Args) -> Result<u64, FormulaError> {
     mul_all(&[2, input.numel().ok_or(FormulaError::Overflow)?, out_features as u64])
 }
 
+/// The floating-point work of `quantized::linear_dynamic(X[..., K], W_prepack[N, K],
+/// reduce_range)` (and `linear_relu_dynamic`, `RELU = 1`), in FLOPs, as the separate operators
+/// would count it. What the kernel does (fbgemm's `PackedLinearWeight::apply_dynamic_impl`,
+/// qnnpack's alike): the input's range (`FindMinMax`: a minimum and a maximum, 2 per element),
+/// its scale and zero point (per tensor: nothing per element), its quantization (divide by the
+/// scale, add the zero point, round, clamp: 4 per element, as `quantize_per_tensor`); the integer
+/// product (the integer operations); then per output element the dequantization (the int32
+/// accumulator, corrected for the zero points in integer arithmetic, times the input's and the
+/// weight's scales: 1), the bias when the packed weight has one (1) and the ReLU's clamp (1).
+/// `6 numel(X) + (1 + bias + RELU) rows N`, `rows = numel(X) / K`.
+pub fn dynamic_linear_float<const RELU: u64>(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
+    let &[out_features, in_features] = packed.weight.dims else { return Err(FormulaError::UnexpectedShape) };
+    // The shim records whether the packed weight holds a bias (1 or 0).
+    let &[bias @ (0 | 1)] = packed.params else { return Err(FormulaError::UnexpectedShape) };
+    let rank = input.dims.len();
+    if rank == 0 || input.dims[rank - 1] != in_features || out_features < 0 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let rows = product(&input.dims[..rank - 1])?;
+    let outputs = mul(rows, out_features as u64)?;
+    let quantize = mul(input.numel().ok_or(FormulaError::Overflow)?, 6)?;
+    add(quantize, mul(outputs, 1 + bias as u64 + RELU)?)
+}
+
 /// `quantized::conv{1,2,3}d(qx, packed_weight, scale, zero_point)` with its `_relu`/`_add`
 /// forms, and `conv_transpose{1,2,3}d`: the convolution's multiply-accumulates, 2 each, from the
 /// packed weight and parameters. `conv1d` runs as a 2-d convolution of height 1 (its packed
@@ -110,7 +138,7 @@ pub fn per_input_element<const K: u64>(args: &Args) -> Result<u64, FormulaError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::build::{double, int, packed, tensor};
+    use crate::args::build::{boolean, double, int, packed, tensor};
     use crate::formulas::testing::with_args;
 
     /// A call `(input, packed weight, scale, zero point)`.
@@ -146,6 +174,42 @@ mod tests {
             packed_linear,
         );
         assert_eq!(missing, Err(FormulaError::MissingArgument(1)));
+    }
+
+    #[test]
+    fn dynamic_linear_counts_its_floating_point_work_as_flops() {
+        // quantize_dynamic(Linear(16, 8)) on X[4, 16]: the input's quantization 64 x 6 = 384
+        // (minimum and maximum 2, quantize 4); per output element (4 x 8 = 32) the
+        // dequantization's multiply and the bias: 2 x 32 = 64. 448 FLOPs, beside 2 x 4 x 16 x 8 =
+        // 1,024 integer operations.
+        let call = |input: &[i64], bias: i64, f: super::super::FlopFn| {
+            with_args(
+                |s| {
+                    tensor(s, input);
+                    packed(s, &[8, 16], &[bias]);
+                    boolean(s, false);
+                },
+                f,
+            )
+        };
+        assert_eq!(call(&[4, 16], 1, dynamic_linear_float::<0>), Ok(384 + 64));
+        assert_eq!(call(&[4, 16], 1, packed_linear), Ok(1024));
+        // No bias: 384 + 32; with the fused ReLU: 384 + 3 x 32.
+        assert_eq!(call(&[4, 16], 0, dynamic_linear_float::<0>), Ok(416));
+        assert_eq!(call(&[4, 16], 1, dynamic_linear_float::<1>), Ok(480));
+        // X[2, 3, 16]: 96 x 6 = 576; 6 rows x 8 = 48 outputs x 2 = 96.
+        assert_eq!(call(&[2, 3, 16], 1, dynamic_linear_float::<0>), Ok(672));
+        // The weight must match the input; the bias flag must be there: never a guess.
+        assert_eq!(call(&[4, 15], 1, dynamic_linear_float::<0>), Err(FormulaError::UnexpectedShape));
+        assert_eq!(call(&[4, 16], 2, dynamic_linear_float::<0>), Err(FormulaError::UnexpectedShape));
+        let no_flag = with_args(
+            |s| {
+                tensor(s, &[4, 16]);
+                packed(s, &[8, 16], &[]);
+            },
+            dynamic_linear_float::<0>,
+        );
+        assert_eq!(no_flag, Err(FormulaError::UnexpectedShape));
     }
 
     #[test]
