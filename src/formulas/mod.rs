@@ -497,7 +497,9 @@ const DYNAMIC_QUANTIZE: &Convention = &Convention {
     source: TORCHSCAN,
 };
 const PACKED_FP16_PRODUCT: &Convention = &Convention {
-    rule: "2 FLOPs per multiply-accumulate (fp16 weight, float activations); the weight's shape read from its packed object",
+    rule: "2 FLOPs per multiply-accumulate (fp16 weight, float activations); the bias, when the packed weight has \
+           one, and a fused ReLU 1 per output element each (the bias convention); the weight's shape read from its \
+           packed object",
     source: TORCHSCAN,
 };
 const INTEGER_ELEMENTWISE: &Convention = &Convention {
@@ -866,8 +868,8 @@ pub static FORMULAS: &[Formula] = &[
         DYNAMIC_INTEGER_PRODUCT,
         float: quantize::dynamic_linear_float::<1>
     ),
-    row!("quantized::linear_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
-    row!("quantized::linear_relu_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
+    row!("quantized::linear_dynamic_fp16", Matmul, quantize::packed_fp16_linear::<0>, PACKED_FP16_PRODUCT),
+    row!("quantized::linear_relu_dynamic_fp16", Matmul, quantize::packed_fp16_linear::<1>, PACKED_FP16_PRODUCT),
     row!("quantized::conv1d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
     row!("quantized::conv2d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
     row!("quantized::conv3d", Integer, quantize::packed_conv, INTEGER_PRODUCT),

@@ -52,9 +52,9 @@ pub fn uncounted_reason(operator: &str) -> Option<&'static str> {
     UNCOUNTED.iter().find(|u| u.operator == operator).map(|u| u.reason)
 }
 
-/// `quantized::linear(X[..., K], W_prepack[N, K], scale, zero_point)` and its `_relu`,
-/// `_dynamic` and `_dynamic_fp16` forms: `2 * numel(X) * N` (each of `numel(X) / K` rows meets
-/// the `N x K` weight).
+/// `quantized::linear(X[..., K], W_prepack[N, K], scale, zero_point)` and its `_relu` and
+/// `_dynamic` forms (their integer operations): `2 * numel(X) * N` (each of `numel(X) / K` rows
+/// meets the `N x K` weight).
 pub fn packed_linear(args: &Args) -> Result<u64, FormulaError> {
     let input = require_tensor(args, 0)?;
     let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
@@ -63,6 +63,24 @@ pub fn packed_linear(args: &Args) -> Result<u64, FormulaError> {
         return Err(FormulaError::UnexpectedShape);
     }
     mul_all(&[2, input.numel().ok_or(FormulaError::Overflow)?, out_features as u64])
+}
+
+/// `quantized::linear_dynamic_fp16(X[..., K], W_prepack[N, K])` and `linear_relu_dynamic_fp16`
+/// (`RELU = 1`): a floating-point product (fp16 weights), FLOPs, under the bias convention as a
+/// float `Linear`: `2 numel(X) N`, plus 1 per output element for the bias when the packed weight
+/// has one and 1 for the ReLU (as `_addmm_activation`'s).
+pub fn packed_fp16_linear<const RELU: u64>(args: &Args) -> Result<u64, FormulaError> {
+    let product = packed_linear(args)?;
+    let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
+    let &[bias @ (0 | 1)] = packed.params else { return Err(FormulaError::UnexpectedShape) };
+    let input = require_tensor(args, 0)?;
+    let rows = product_of_rows(input.dims)?;
+    add(product, mul(mul(rows, packed.weight.dims[0] as u64)?, bias as u64 + RELU)?)
+}
+
+/// The rows of a linear's input `[..., K]`: the product of its leading dimensions.
+fn product_of_rows(dims: &[i64]) -> Result<u64, FormulaError> {
+    product(dims.split_last().ok_or(FormulaError::UnexpectedShape)?.1)
 }
 
 /// The floating-point work of `quantized::linear_dynamic(X[..., K], W_prepack[N, K],
@@ -85,8 +103,7 @@ pub fn dynamic_linear_float<const RELU: u64>(args: &Args) -> Result<u64, Formula
     if rank == 0 || input.dims[rank - 1] != in_features || out_features < 0 {
         return Err(FormulaError::UnexpectedShape);
     }
-    let rows = product(&input.dims[..rank - 1])?;
-    let outputs = mul(rows, out_features as u64)?;
+    let outputs = mul(product_of_rows(input.dims)?, out_features as u64)?;
     let quantize = mul(input.numel().ok_or(FormulaError::Overflow)?, 6)?;
     add(quantize, mul(outputs, 1 + bias as u64 + RELU)?)
 }
@@ -210,6 +227,26 @@ mod tests {
             dynamic_linear_float::<0>,
         );
         assert_eq!(no_flag, Err(FormulaError::UnexpectedShape));
+    }
+
+    #[test]
+    fn fp16_dynamic_linear_adds_its_bias_as_a_float_linear() {
+        // X[4, 16] @ W[8, 16]^T: 2 x 4 x 16 x 8 = 1,024 FLOPs; the bias on 32 outputs, + 32; the
+        // fused ReLU + 32 more; without a bias, the product alone.
+        let call = |bias: i64, f: super::super::FlopFn| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 16]);
+                    packed(s, &[8, 16], &[bias]);
+                },
+                f,
+            )
+        };
+        assert_eq!(call(1, packed_fp16_linear::<0>), Ok(1056));
+        assert_eq!(call(1, packed_fp16_linear::<1>), Ok(1088));
+        assert_eq!(call(0, packed_fp16_linear::<0>), Ok(1024));
+        assert_eq!(call(0, packed_fp16_linear::<1>), Ok(1056));
+        assert_eq!(call(3, packed_fp16_linear::<0>), Err(FormulaError::UnexpectedShape));
     }
 
     #[test]

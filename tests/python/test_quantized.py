@@ -133,9 +133,10 @@ def test_dynamic_models_price_their_kernel(dtype, kernel, where):
     report = measure_flops(lambda: model(torch.randn(4, 16)))
     assert report["total"]["status"] == "complete", report["diagnostics"]
     expected = 2 * 4 * 16 * 8  # 4 rows x 16 x 8 multiply-accumulates
-    if where == "flops":  # fp16 weights, float arithmetic: FLOPs, as a float Linear
-        assert report["by_operator"] == {kernel: expected}
-        assert report["by_category"] == {"matmul": expected}
+    if where == "flops":  # fp16 weights, float arithmetic: FLOPs, as a float Linear, with its bias
+        bias = 4 * 8  # 1 per output element (the bias convention)
+        assert report["by_operator"] == {kernel: expected + bias}
+        assert report["by_category"] == {"matmul": expected + bias}
         assert "integer_ops" not in report
     else:
         assert report["integer_ops"]["by_operator"] == {kernel: expected}
