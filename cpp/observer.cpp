@@ -63,6 +63,33 @@ constexpr int64_t kSparse = static_cast<int64_t>(ArgTag::Sparse);
 constexpr int64_t kPacked = static_cast<int64_t>(ArgTag::Packed);
 constexpr int64_t kGroup = static_cast<int64_t>(ArgTag::Group);
 constexpr int64_t kData = static_cast<int64_t>(ArgTag::Data);
+constexpr int64_t kChoice = static_cast<int64_t>(ArgTag::Choice);
+
+// The string arguments a formula reads (src/args.rs, `choice`): QR's mode, least squares' driver.
+struct ChoiceEntry {
+  const char* text;
+  std::size_t size;
+  StringChoice code;
+};
+constexpr std::array<ChoiceEntry, 7> kChoices{{
+    {"reduced", 7, StringChoice::Reduced},
+    {"complete", 8, StringChoice::Complete},
+    {"r", 1, StringChoice::R},
+    {"gels", 4, StringChoice::Gels},
+    {"gelsy", 5, StringChoice::Gelsy},
+    {"gelsd", 5, StringChoice::Gelsd},
+    {"gelss", 5, StringChoice::Gelss},
+}};
+
+// The code of a string of that table, 0 for any other: compared in place, nothing allocated.
+int64_t choice_code(const std::string& text) {
+  for (const auto& entry : kChoices) {
+    if (text.size() == entry.size && std::memcmp(text.data(), entry.text, entry.size) == 0) {
+      return static_cast<int64_t>(entry.code);
+    }
+  }
+  return 0;
+}
 
 using Buffer = ArgBuffer;
 
@@ -153,8 +180,8 @@ bool is_sparse_layout(c10::Layout layout) {
 
 // A quantized kernel's packed weight (a torchbind object: `LinearPackedParamsBase`,
 // `Conv{1,2,3}dPackedParamsBase`) hides its shape from the dispatcher. Its record, read through
-// the object's own methods: the weight's (dtype, ndim, dims...), then n and n parameters (none
-// for a linear; for a convolution the spatial rank d, stride, padding, output padding and
+// the object's own methods: the weight's (dtype, ndim, dims...), then n and n parameters (for a
+// linear, whether it has a bias, 1 or 0; for a convolution the spatial rank d, stride, padding, output padding and
 // dilation (d each), groups, transposed). Unpacking copies the weight, so each object is read
 // once per thread and kept by a weak reference (which also keeps its address from being reused
 // while the entry lives); the cache allocates only when it meets a new object.
@@ -195,13 +222,17 @@ bool read_packed(const c10::intrusive_ptr<c10::ivalue::Object>& object, std::vec
   if (!linear && dims == 0) return false;
   // The methods run operators (unpacking allocates a tensor): none of them is the workload's.
   at::RecordFunctionGuard no_observers(false);
-  c10::IValue weight =
-      linear ? call_method(object, "unpack").toTupleRef().elements().at(0) : call_method(object, "weight");
+  c10::IValue unpacked = linear ? call_method(object, "unpack") : c10::IValue();
+  c10::IValue weight = linear ? unpacked.toTupleRef().elements().at(0) : call_method(object, "weight");
   Buffer weight_record;
   if (!weight.isTensor() || !push_tensor_record(weight.toTensor(), weight_record)) return false;
   record.assign(weight_record.data(), weight_record.data() + weight_record.size());
   if (linear) {
-    record.push_back(0);
+    // One parameter: whether it holds a bias (a dynamic kernel adds it in floating point).
+    const auto& elements = unpacked.toTupleRef().elements();
+    const bool bias = elements.size() > 1 && elements[1].isTensor() && elements[1].toTensor().defined();
+    record.push_back(1);
+    record.push_back(bias ? 1 : 0);
     return true;
   }
   std::vector<int64_t> params{dims};
@@ -322,6 +353,17 @@ inline bool push_strided_tensor(const c10::IValue& v, Buffer& out) {
       packed = false;  // a packed weight whose methods failed: priced as unknown
     }
     if (!packed) out.push(kOther);
+  } else if (v.isString()) {
+    // An algorithm's name (linalg_qr's mode, linalg_lstsq's driver) as its code; other strings
+    // are no formula's business.
+    const int64_t code = choice_code(v.toStringRef());
+    if (code != 0) {
+      int64_t* record = out.extend(2);
+      record[0] = kChoice;
+      record[1] = code;
+    } else {
+      out.push(kOther);
+    }
   } else if (v.isComplexDouble()) {
     // A complex Scalar (`x * 1j`): the kernel computes in the complex dtype, so the call's
     // complex operands include it. Its record is a 0-d complex128 tensor's (broadcasts to
@@ -597,6 +639,12 @@ int64_t data_summary(const OpEvent& event) {
   }
   if (std::strcmp(name, "aten::_embedding_bag_backward") == 0) return non_padding_ids(args, 11);
   if (std::strcmp(name, "aten::_embedding_bag_dense_backward") == 0) return non_padding_ids(args, 9);
+  // Least squares without a driver on an underdetermined system: the device's default driver
+  // (gelsy on the CPU, gels elsewhere) decides the count, so where `A` is: 1 on the CPU, else 0.
+  if (std::strcmp(name, "aten::linalg_lstsq") == 0) {
+    if (args.empty() || !args[0].isTensor() || !args[0].toTensor().defined()) return -1;
+    return args[0].toTensor().device().is_cpu() ? 1 : 0;
+  }
   return -1;
 }
 

@@ -3,7 +3,11 @@
 //! session reuses, so that reading an operator's inputs allocates nothing in the steady state.
 //!
 //! Layout of one argument (`TAG_*` below; `ffi.rs` asserts the C++ enum agrees):
-//! - `NONE` / `OTHER`: the tag alone (`OTHER`: strings, generators, ... never needed by a formula)
+//! - `NONE` / `OTHER`: the tag alone (`OTHER`: strings outside [`choice`]'s table, generators, ...
+//!   never needed by a formula)
+//! - `CHOICE`: tag, code: a string argument that chooses an algorithm (`linalg_qr`'s `mode`,
+//!   `linalg_lstsq`'s `driver`), as its code in the fixed table [`choice`] (the shim compares the
+//!   string in place against that table: no string crosses, nothing is allocated)
 //! - `TENSOR`: tag, dtype (`c10::ScalarType` as int), ndim, dims...
 //! - `INT` / `BOOL`: tag, value; `DOUBLE`: tag, the `f64` bits
 //! - `INT_LIST` / `BOOL_LIST`: tag, n, values...; `TENSOR_LIST`: tag, n, then n x (dtype, ndim, dims...)
@@ -12,13 +16,15 @@
 //! - `PACKED`: tag, the weight's dtype, ndim, dims..., then n, then n parameters: a quantized
 //!   kernel's packed weight (`quantized::linear`'s, `quantized::conv2d`'s), read by the shim
 //!   through the object's methods (for a convolution: spatial rank d, stride, padding, output
-//!   padding and dilation (d each), groups, transposed; nothing for a linear).
+//!   padding and dilation (d each), groups, transposed; for a linear, whether it has a bias).
 //! - `GROUP`: tag, size, rank: a `torch.distributed` process group (a c10d collective's
 //!   `process_group` argument, or a functional collective's group name, resolved by the shim).
 //!   Only a collective's inputs carry it (`OpEvent::collective_inputs`); elsewhere it is `OTHER`.
 //! - `DATA`: tag, value: after the arguments, what a data-dependent formula needs from the
 //!   tensors' values (RoI Align's adaptive sampling points summed over its boxes, an embedding
-//!   bag's ids other than its padding index). Only the inputs read after a formula returned
+//!   bag's ids other than its padding index; for `linalg_lstsq` without a driver on an
+//!   underdetermined system, whether `A` is on the CPU, whose default driver differs from the
+//!   other devices'). Only the inputs read after a formula returned
 //!   `DataDependent` carry it (`OpEvent::data_inputs`), and only where the shim can read it.
 //!
 //! Values never leave the session: reports only ever carry FLOP counts and shapes' products.
@@ -36,6 +42,26 @@ pub const TAG_SPARSE: i64 = 9;
 pub const TAG_PACKED: i64 = 10;
 pub const TAG_GROUP: i64 = 11;
 pub const TAG_DATA: i64 = 12;
+pub const TAG_CHOICE: i64 = 13;
+
+/// The codes of the string arguments a formula reads (`CHOICE` records); `ffi.rs` asserts the
+/// C++ enum agrees. Any other string is an `OTHER` record.
+pub mod choice {
+    /// `linalg_qr(A, mode)`: Q m x min(m, n) and R.
+    pub const REDUCED: i64 = 1;
+    /// `linalg_qr(A, mode)`: Q m x m and R.
+    pub const COMPLETE: i64 = 2;
+    /// `linalg_qr(A, mode)`: R only.
+    pub const R: i64 = 3;
+    /// `linalg_lstsq(A, B, rcond, driver)`: QR (LQ when m < n), full rank assumed.
+    pub const GELS: i64 = 4;
+    /// `linalg_lstsq`: complete orthogonal factorization (QR with column pivoting).
+    pub const GELSY: i64 = 5;
+    /// `linalg_lstsq`: SVD by divide and conquer.
+    pub const GELSD: i64 = 6;
+    /// `linalg_lstsq`: SVD by QR iteration.
+    pub const GELSS: i64 = 7;
+}
 
 /// `c10::ScalarType` codes of the complex dtypes (ComplexHalf, ComplexFloat, ComplexDouble).
 const COMPLEX_DTYPES: [i64; 3] = [8, 9, 10];
@@ -112,6 +138,8 @@ pub enum Arg<'a> {
     Sparse(SparseMeta<'a>),
     Packed(PackedMeta<'a>),
     Group(Group),
+    /// A string argument of [`choice`]'s table, by its code.
+    Choice(i64),
 }
 
 /// Finds where each argument starts. `offsets` is cleared and refilled (its capacity is kept).
@@ -134,7 +162,7 @@ fn arg_len(stream: &[i64], pos: usize) -> Option<usize> {
     let tag = *stream.get(pos)?;
     let len = match tag {
         TAG_NONE | TAG_OTHER => 1,
-        TAG_INT | TAG_DOUBLE | TAG_BOOL | TAG_DATA => 2,
+        TAG_INT | TAG_DOUBLE | TAG_BOOL | TAG_DATA | TAG_CHOICE => 2,
         TAG_GROUP => 3,
         TAG_TENSOR => 1 + tensor_len(stream, pos + 1)?,
         TAG_SPARSE => 3 + tensor_len(stream, pos + 3)?,
@@ -209,6 +237,7 @@ impl<'a> Args<'a> {
             TAG_DOUBLE => Arg::Double(f64::from_bits(s[pos + 1] as u64)),
             TAG_BOOL => Arg::Bool(s[pos + 1] != 0),
             TAG_GROUP => Arg::Group(Group { size: s[pos + 1], rank: s[pos + 2] }),
+            TAG_CHOICE => Arg::Choice(s[pos + 1]),
             TAG_INT_LIST | TAG_BOOL_LIST => {
                 let n = usize::try_from(s[pos + 1]).ok()?;
                 let values = &s[pos + 2..pos + 2 + n];
@@ -264,6 +293,14 @@ impl<'a> Args<'a> {
     pub fn bool(&self, index: usize) -> Option<bool> {
         match self.get(index)? {
             Arg::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The code ([`choice`]) of the string argument at `index`, if it is one of the table's.
+    pub fn choice(&self, index: usize) -> Option<i64> {
+        match self.get(index)? {
+            Arg::Choice(code) => Some(code),
             _ => None,
         }
     }
@@ -423,6 +460,10 @@ pub mod build {
     pub fn data(out: &mut Vec<i64>, v: i64) {
         out.extend([TAG_DATA, v]);
     }
+    /// A string argument of [`choice`](super::choice)'s table.
+    pub fn choice(out: &mut Vec<i64>, code: i64) {
+        out.extend([TAG_CHOICE, code]);
+    }
     pub fn boolean(out: &mut Vec<i64>, v: bool) {
         out.extend([TAG_BOOL, v as i64]);
     }
@@ -466,10 +507,11 @@ mod tests {
         tensors(&mut s, &[&[4], &[5, 6]]);
         none(&mut s);
         s.push(TAG_OTHER);
+        choice(&mut s, super::choice::COMPLETE);
         let mut offsets = Vec::new();
         assert!(index_stream(&s, &mut offsets));
         let args = Args::new(&s, &offsets);
-        assert_eq!(args.len(), 9);
+        assert_eq!(args.len(), 10);
         assert_eq!(args.tensor(0).unwrap().dims, &[2, 3]);
         assert_eq!(args.tensor(0).unwrap().numel(), Some(6));
         assert_eq!(args.int(1), Some(-4));
@@ -480,7 +522,9 @@ mod tests {
         assert!(matches!(args.get(6), Some(Arg::TensorList(2, _))));
         assert_eq!(args.get(7), Some(Arg::None));
         assert_eq!(args.get(8), Some(Arg::Other));
-        assert_eq!(args.get(9), None);
+        assert_eq!(args.choice(9), Some(super::choice::COMPLETE));
+        assert_eq!(args.choice(8), None, "an OTHER record is no choice");
+        assert_eq!(args.get(10), None);
         let shapes: Vec<&[i64]> = args.tensors().map(|t| t.dims).collect();
         assert_eq!(shapes, vec![&[2, 3][..], &[4][..], &[5, 6][..]]);
         // Wrong-kind accessors answer None instead of guessing.
@@ -496,6 +540,7 @@ mod tests {
         assert!(!index_stream(&[99], &mut offsets));
         assert!(!index_stream(&[TAG_TENSOR_LIST, 2, 6, 1, 3], &mut offsets));
         assert!(!index_stream(&[TAG_INT_LIST, -1], &mut offsets));
+        assert!(!index_stream(&[TAG_CHOICE], &mut offsets), "a choice without its code");
         assert!(index_stream(&[], &mut offsets));
         assert!(offsets.is_empty());
     }

@@ -32,6 +32,20 @@ mod bridge {
         Packed = 10,
         Group = 11,
         Data = 12,
+        Choice = 13,
+    }
+
+    /// The codes of `Choice` records: the string arguments formulas read; must equal
+    /// `args::choice::*` (checked below at compile time).
+    #[repr(i64)]
+    enum StringChoice {
+        Reduced = 1,
+        Complete = 2,
+        R = 3,
+        Gels = 4,
+        Gelsy = 5,
+        Gelsd = 6,
+        Gelss = 7,
     }
 
     /// How many sessions can be open at once (`registry::MAX_SESSIONS`): the shim keeps one
@@ -80,6 +94,8 @@ mod bridge {
         phase: u8,
         category: u8,
         flops: u64,
+        /// The floating-point work of an integer kernel, counted as FLOPs (`Formula::float`).
+        float_flops: u64,
     }
 
     /// Where an operator event comes from (`session::OpCall`, with the session's slot).
@@ -241,7 +257,10 @@ mod bridge {
     }
 }
 
-use bridge::{ArgTag, DecisionBit, EventDescription, Limits, OpEvent, OpStart, OpenedSession, OperatorClass, Receipt};
+use bridge::{
+    ArgTag, DecisionBit, EventDescription, Limits, OpEvent, OpStart, OpenedSession, OperatorClass, Receipt,
+    StringChoice,
+};
 
 const _: () = {
     assert!(ArgTag::None.repr == args::TAG_NONE);
@@ -257,6 +276,14 @@ const _: () = {
     assert!(ArgTag::Packed.repr == args::TAG_PACKED);
     assert!(ArgTag::Group.repr == args::TAG_GROUP);
     assert!(ArgTag::Data.repr == args::TAG_DATA);
+    assert!(ArgTag::Choice.repr == args::TAG_CHOICE);
+    assert!(StringChoice::Reduced.repr == args::choice::REDUCED);
+    assert!(StringChoice::Complete.repr == args::choice::COMPLETE);
+    assert!(StringChoice::R.repr == args::choice::R);
+    assert!(StringChoice::Gels.repr == args::choice::GELS);
+    assert!(StringChoice::Gelsy.repr == args::choice::GELSY);
+    assert!(StringChoice::Gelsd.repr == args::choice::GELSD);
+    assert!(StringChoice::Gelss.repr == args::choice::GELSS);
     assert!(Limits::Sessions.repr as usize == registry::MAX_SESSIONS);
     assert!(DecisionBit::Skip.repr == Decision::SKIP.0);
     assert!(DecisionBit::Capture.repr == Decision::CAPTURE);
@@ -459,14 +486,14 @@ fn on_op_start(start: &OpStart, event: &OpEvent, receipt: &mut Receipt) -> u8 {
     let decision = registry::guarded_event(slot, generation, || {
         registry::on_op_start(slot, generation, call, &Event(event), &mut counted)
     });
-    let session::Receipt { valid, op, scope, phase, category, flops } = counted;
-    *receipt = Receipt { valid, op, scope, phase, category, flops };
+    let session::Receipt { valid, op, scope, phase, category, flops, float_flops } = counted;
+    *receipt = Receipt { valid, op, scope, phase, category, flops, float_flops };
     decision.0
 }
 
 fn on_op_abort(slot: usize, generation: u64, receipt: &Receipt) {
-    let &Receipt { valid, op, scope, phase, category, flops } = receipt;
-    let receipt = session::Receipt { valid, op, scope, phase, category, flops };
+    let &Receipt { valid, op, scope, phase, category, flops, float_flops } = receipt;
+    let receipt = session::Receipt { valid, op, scope, phase, category, flops, float_flops };
     let _ = catch_unwind(AssertUnwindSafe(|| registry::on_op_abort(slot, generation, receipt)));
 }
 

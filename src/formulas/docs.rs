@@ -44,7 +44,9 @@ pub fn markdown() -> String {
          The `integer` category holds the integer kernels of quantized models: integer operations, not \
          FLOPs (2 per int8 multiply-accumulate, 1 per quantized elementwise result), reported apart in \
          the report's `integer_ops` and in no FLOP total; a packed weight's shape and a packed \
-         convolution's parameters are read from the packed object.\n",
+         convolution's parameters are read from the packed object. A dynamic kernel's floating-point work \
+         around its integer product (`quantized::linear_dynamic`: quantizing its input, dequantizing its \
+         output, the bias; `FLOPs:` in the formula column) is FLOPs, in `pointwise`.\n",
     );
     for category in Category::ALL {
         let rows: Vec<_> = FORMULAS.iter().filter(|f| f.category == category).collect();

@@ -13,13 +13,15 @@
 //! | `_linalg_eigh` | symmetric tridiagonal QR | `4/3 n^3` (values), `9 n^3` (with vectors) |
 //! | `linalg_eig` | Hessenberg QR | `25 n^3` (values and vectors) |
 //! | `_linalg_svd` (`A` m x n, `m >= n`) | R-SVD | `4 m n^2 - 4/3 n^3` (values), `14 m n^2 + 8 n^3` (thin U, V), `4 m^2 n + 8 m n^2 + 9 n^3` (full U) |
+//! | `linalg_qr` (`A` m x n, `m >= n`) | Householder QR, then Q formed | `2 m n^2 - 2/3 n^3` (`"r"`), `4 m n^2 - 4/3 n^3` (`"reduced"`), `4 m^2 n - 2 m n^2 + 2/3 n^3` (`"complete"`) |
+//! | `linalg_lstsq` (`A` m x n, `m >= n`, `B` m x k) | QR (`gels`, `gelsy`), SVD (`gelsd`, `gelss`) | `2 m n^2 - 2/3 n^3 + 4 m n k - n^2 k` (QR), `4 m n^2 + 8 n^3 + 4 m n k` (SVD, an estimate) |
 //!
 //! Complex matrices count 4x (a complex multiply-add is 8 real FLOPs, a real one 2), as the
 //! matrix-product family. Iterative algorithms whose work depends on the data (eigenvalues, SVD)
 //! are counted by these standard estimates, stated as such.
 
 use super::{require_tensor, FormulaError};
-use crate::args::{Arg, Args};
+use crate::args::{choice, Arg, Args};
 
 /// `(batch, rows, columns)` of the matrix (or batch of matrices) at `index`.
 fn matrices(args: &Args, index: usize) -> Result<(f64, f64, f64), FormulaError> {
@@ -148,13 +150,116 @@ pub fn geqrf(args: &Args) -> Result<u64, FormulaError> {
     rounded(batch * householder_qr(m, n))
 }
 
+/// Forming the `m x q` matrix `Q` from `k` Householder reflectors (`orgqr`, LAPACK Working Note
+/// 41): `4 m q k - 2 (m + q) k^2 + 4/3 k^3`.
+fn form_q(m: f64, q: f64, k: f64) -> f64 {
+    4.0 * m * q * k - 2.0 * (m + q) * k * k + 4.0 / 3.0 * k.powi(3)
+}
+
 /// `linalg_householder_product(A [m, n], tau [k])`: forming `Q` from `k` reflectors
 /// (`orgqr`), `4 m n k - 2 (m + n) k^2 + 4/3 k^3`.
 pub fn householder_product(args: &Args) -> Result<u64, FormulaError> {
     let (batch, m, n) = matrices(args, 0)?;
     let tau = require_tensor(args, 1)?;
     let k = *tau.dims.last().ok_or(FormulaError::UnexpectedShape)? as f64;
-    rounded(batch * (4.0 * m * n * k - 2.0 * (m + n) * k * k + 4.0 / 3.0 * k.powi(3)))
+    rounded(batch * form_q(m, n, k))
+}
+
+/// `linalg_qr(A [m, n], mode)`: what PyTorch's kernel runs (`linalg_qr_out`: `geqrf`, then
+/// `orgqr` on `Q` unless `mode = "r"`), by the LAPACK Working Note 41 counts: Householder QR
+/// `2 m n^2 - 2/3 n^3` (m and n swapped when `m < n`), then `Q` formed from the `k = min(m, n)`
+/// reflectors, [`form_q`]: `"reduced"` `Q` is `m x k`, `"complete"` `m x m`, `"r"` none. For
+/// `m >= n` that is `2 m n^2 - 2/3 n^3` more for `"reduced"` (`4 m n^2 - 4/3 n^3` in all) and
+/// `4 m^2 n - 4 m n^2 + 4/3 n^3` more for `"complete"` (`4 m^2 n - 2 m n^2 + 2/3 n^3` in all;
+/// Golub & Van Loan, Matrix Computations, chapter 5: the backward accumulation of a full `Q`,
+/// `4 (m^2 n - m n^2 + n^3 / 3)`); for `m < n` `Q` is `m x m` either way, `4/3 m^3`.
+pub fn qr(args: &Args) -> Result<u64, FormulaError> {
+    let (batch, m, n) = matrices(args, 0)?;
+    let k = m.min(n);
+    // The schema's default is "reduced" (the dispatcher always hands the argument over).
+    let q_columns = match args.get(1) {
+        None | Some(Arg::Choice(choice::REDUCED)) => Some(k),
+        Some(Arg::Choice(choice::COMPLETE)) => Some(m),
+        Some(Arg::Choice(choice::R)) => None,
+        _ => return Err(FormulaError::MissingArgument(1)),
+    };
+    rounded(batch * (householder_qr(m, n) + q_columns.map_or(0.0, |q| form_q(m, q, k))))
+}
+
+/// The product of the broadcast batch dimensions of two shapes' batches.
+fn broadcast_batch(a: &[i64], b: &[i64]) -> Result<f64, FormulaError> {
+    let rank = a.len().max(b.len());
+    let at = |dims: &[i64], i: usize| if i + dims.len() >= rank { dims[i + dims.len() - rank] } else { 1 };
+    let mut batch = 1.0;
+    for i in 0..rank {
+        let (x, y) = (at(a, i), at(b, i));
+        let d = match (x, y) {
+            _ if x == y => x,
+            (1, _) => y,
+            (_, 1) => x,
+            _ => return Err(FormulaError::UnexpectedShape),
+        };
+        if d < 0 {
+            return Err(FormulaError::UnexpectedShape);
+        }
+        batch *= d as f64;
+    }
+    Ok(batch)
+}
+
+/// `linalg_lstsq(A [*, m, n], B [*, m, k] or [*, m], rcond, driver)`, per matrix of the
+/// broadcast batch, with `M >= N` the larger and smaller of `m` and `n` (an underdetermined
+/// system, `m < n`, factors `A`'s transpose or reduces `A`'s trapezoid: the same leading terms):
+/// - `"gels"` (LAPACK `gels`; cuSOLVER's and cuBLAS's QR on CUDA): Householder QR of `A` (LQ
+///   when `m < n`) `2 M N^2 - 2/3 N^3`, its reflectors applied to `B`'s `k` columns (`ormqr`,
+///   LAPACK Working Note 41: `4 M N k - 2 N^2 k`) and the triangular solve `N^2 k`:
+///   `2 M N^2 - 2/3 N^3 + 4 M N k - N^2 k`. Full rank (as the driver assumes).
+/// - `"gelsy"` (the CPU's default): the complete orthogonal factorization, QR with column
+///   pivoting (`geqp3`, the leading terms of `geqrf`), then for `m < n` the reduction of the
+///   `m x n` trapezoid to triangular (`tzrzf`: reflector `i` spans `n - m + 1` entries and is
+///   applied to the `i - 1` rows above it, `4 (n - m) (i - 1)` each, `2 m^2 (n - m)` in all),
+///   `Q^T B`, the triangular solve and `Z^T` on `B` (`ormrz`, `4 m k (n - m)`): what `"gels"`
+///   counts, plus `2 m^2 (n - m)` when `m < n`. Counted for a matrix of full rank: a smaller
+///   numerical rank, read from the data by the kernel, does less.
+/// - `"gelsd"`, `"gelss"` (SVD): an estimate, as `_linalg_svd`'s, since the SVD is iterative:
+///   the Golub-Reinsch count of the SVD least squares solution (Golub & Van Loan, Matrix
+///   Computations, chapter 5's comparison of least squares methods: `4 M N^2 + 8 N^3`, the
+///   singular values and V, as `_linalg_svd`'s table row), plus the right-hand sides:
+///   the bidiagonalization's reflectors applied to `B` (`4 M N k - 2 N^2 k`) and the product with
+///   `V` (`2 N^2 k`), `4 M N k`. Divide and conquer (`gelsd`) is counted as `gelss`.
+/// - no driver: the device's default, `"gelsy"` on the CPU and `"gels"` elsewhere (CUDA has no
+///   other). The two differ only when `m < n`: then the formula asks the shim where `A` is (a
+///   `DATA` record, 1 on the CPU, 0 elsewhere).
+pub fn lstsq(args: &Args) -> Result<u64, FormulaError> {
+    let a = require_tensor(args, 0)?;
+    let b = require_tensor(args, 1)?;
+    let rank = a.dims.len();
+    if rank < 2 || !(b.dims.len() == rank || b.dims.len() + 1 == rank) {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let (m, n) = (a.dims[rank - 2] as f64, a.dims[rank - 1] as f64);
+    // B's columns, and its batch dimensions (a vector per matrix has none of its own last).
+    let (k, b_batch) =
+        if b.dims.len() == rank { (b.dims[rank - 1] as f64, &b.dims[..rank - 2]) } else { (1.0, &b.dims[..rank - 2]) };
+    let batch = broadcast_batch(&a.dims[..rank - 2], b_batch)?;
+    let (long, short) = if m >= n { (m, n) } else { (n, m) };
+    let gels = householder_qr(m, n) + 4.0 * long * short * k - short * short * k;
+    let trapezoid = if m < n { 2.0 * m * m * (n - m) } else { 0.0 };
+    let per = match args.get(3) {
+        Some(Arg::Choice(choice::GELS)) => gels,
+        Some(Arg::Choice(choice::GELSY)) => gels + trapezoid,
+        Some(Arg::Choice(choice::GELSD | choice::GELSS)) => {
+            4.0 * long * short * short + 8.0 * short.powi(3) + 4.0 * long * short * k
+        }
+        None | Some(Arg::None) if m >= n => gels,
+        None | Some(Arg::None) => match args.data() {
+            Some(1) => gels + trapezoid,
+            Some(0) => gels,
+            _ => return Err(FormulaError::DataDependent),
+        },
+        _ => return Err(FormulaError::MissingArgument(3)),
+    };
+    rounded(batch * per)
 }
 
 /// `ormqr(A, tau [k], C [m, n], left, transpose)`: applying `k` reflectors to `C`, `4 m n k - 2
@@ -360,5 +465,88 @@ mod tests {
         assert_eq!(ldl, Ok(216));
         assert_eq!(one(&[6, 6], ldl_factor), Ok(72));
         assert_eq!(one(&[3, 6, 6], eigvals), Ok(3 * 2160));
+    }
+
+    #[test]
+    fn qr_by_mode() {
+        let qr_of = |dims: &'static [i64], mode: Option<i64>| {
+            with_args(
+                move |s| {
+                    tensor(s, dims);
+                    match mode {
+                        Some(code) => choice(s, code),
+                        None => other(s),
+                    }
+                },
+                qr,
+            )
+        };
+        // A 6 x 4 (m = 6, n = k = 4). geqrf: 2 x 6 x 16 - 2/3 x 64 = 192 - 42.67 = 149.33.
+        // "r": 149.33 -> 149.
+        assert_eq!(qr_of(&[6, 4], Some(choice::R)), Ok(149));
+        // "reduced": + Q 6 x 4 from 4 reflectors, 4 x 6 x 4 x 4 - 2 x 10 x 16 + 4/3 x 64
+        // = 384 - 320 + 85.33 = 149.33: 298.67 -> 299 (4 m n^2 - 4/3 n^3 = 384 - 85.33).
+        assert_eq!(qr_of(&[6, 4], Some(choice::REDUCED)), Ok(299));
+        // "complete": + Q 6 x 6 from 4 reflectors, 4 x 6 x 6 x 4 - 2 x 12 x 16 + 85.33 = 576 - 384
+        // + 85.33 = 277.33: 426.67 -> 427 (4 m^2 n - 2 m n^2 + 2/3 n^3 = 576 - 192 + 42.67).
+        assert_eq!(qr_of(&[6, 4], Some(choice::COMPLETE)), Ok(427));
+        // A 4 x 6 (m < n, k = 4): geqrf 2 x 6 x 16 - 42.67 = 149.33; Q 4 x 4 either way,
+        // 256 - 256 + 85.33: 234.67 -> 235.
+        assert_eq!(qr_of(&[4, 6], Some(choice::REDUCED)), Ok(235));
+        assert_eq!(qr_of(&[4, 6], Some(choice::COMPLETE)), Ok(235));
+        // A batch of 3: 3 x 298.67 = 896.
+        assert_eq!(qr_of(&[3, 6, 4], Some(choice::REDUCED)), Ok(896));
+        // A mode the table does not know, or a least squares driver: no count guessed.
+        assert_eq!(qr_of(&[6, 4], None), Err(FormulaError::MissingArgument(1)));
+        assert_eq!(qr_of(&[6, 4], Some(choice::GELS)), Err(FormulaError::MissingArgument(1)));
+        assert_eq!(qr_of(&[4], Some(choice::R)), Err(FormulaError::UnexpectedShape));
+    }
+
+    #[test]
+    fn least_squares_by_driver() {
+        let lstsq_of = |a: &'static [i64], b: &'static [i64], driver: Option<i64>, data: Option<i64>| {
+            with_args(
+                move |s| {
+                    tensor(s, a);
+                    tensor(s, b);
+                    none(s);
+                    match driver {
+                        Some(code) => choice(s, code),
+                        None => none(s),
+                    }
+                    if let Some(v) = data {
+                        crate::args::build::data(s, v);
+                    }
+                },
+                lstsq,
+            )
+        };
+        // A 6 x 4, B 6 x 3 (M = 6, N = 4, k = 3). QR: 2 x 6 x 16 - 2/3 x 64 = 149.33; Q^T B
+        // 4 x 6 x 4 x 3 - 2 x 16 x 3 = 288 - 96; the triangular solve 16 x 3 = 48:
+        // 149.33 + 192 + 48 = 389.33 -> 389.
+        assert_eq!(lstsq_of(&[6, 4], &[6, 3], Some(choice::GELS), None), Ok(389));
+        // gelsy, full rank, m >= n: the same; no driver (gelsy on the CPU, gels elsewhere): the same.
+        assert_eq!(lstsq_of(&[6, 4], &[6, 3], Some(choice::GELSY), None), Ok(389));
+        assert_eq!(lstsq_of(&[6, 4], &[6, 3], None, None), Ok(389));
+        // SVD (an estimate): 4 x 6 x 16 + 8 x 64 + 4 x 6 x 4 x 3 = 384 + 512 + 288 = 1184.
+        assert_eq!(lstsq_of(&[6, 4], &[6, 3], Some(choice::GELSD), None), Ok(1184));
+        assert_eq!(lstsq_of(&[6, 4], &[6, 3], Some(choice::GELSS), None), Ok(1184));
+        // Underdetermined A 4 x 6, B 4 x 3 (M = 6, N = 4): gels 389; gelsy + the trapezoid's
+        // reduction 2 x 16 x (6 - 4) = 64: 453.33 -> 453; no driver: where A is decides.
+        assert_eq!(lstsq_of(&[4, 6], &[4, 3], Some(choice::GELS), None), Ok(389));
+        assert_eq!(lstsq_of(&[4, 6], &[4, 3], Some(choice::GELSY), None), Ok(453));
+        assert_eq!(lstsq_of(&[4, 6], &[4, 3], None, None), Err(FormulaError::DataDependent));
+        assert_eq!(lstsq_of(&[4, 6], &[4, 3], None, Some(1)), Ok(453), "on the CPU: gelsy");
+        assert_eq!(lstsq_of(&[4, 6], &[4, 3], None, Some(0)), Ok(389), "elsewhere: gels");
+        // B a vector (k = 1): 149.33 + 96 - 16 = 229.33 -> 229.
+        assert_eq!(lstsq_of(&[6, 4], &[6], Some(choice::GELS), None), Ok(229));
+        // Batches broadcast: [2, 1] with [1, 3] is 6 matrices, 6 x 389.33 = 2336.
+        assert_eq!(lstsq_of(&[2, 1, 6, 4], &[1, 3, 6, 3], Some(choice::GELS), None), Ok(2336));
+        assert_eq!(lstsq_of(&[3, 6, 4], &[2, 6, 3], Some(choice::GELS), None), Err(FormulaError::UnexpectedShape));
+        assert_eq!(
+            lstsq_of(&[6, 4], &[6, 3], Some(choice::COMPLETE), None),
+            Err(FormulaError::MissingArgument(3)),
+            "a QR mode is no driver"
+        );
     }
 }

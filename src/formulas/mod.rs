@@ -176,6 +176,10 @@ pub struct Formula {
     /// multiply 6, ...: the convention at the row). Without one, a complex call is a
     /// `Complex` error (partial), never a real-valued price.
     pub complex: Option<u64>,
+    /// For an integer kernel (`Category::Integer`) that also computes in floating point (a
+    /// dynamic quantized Linear: quantizing its input, dequantizing its output, the bias): that
+    /// work's FLOPs, counted in `pointwise` beside the kernel's integer operations.
+    pub float: Option<FlopFn>,
 }
 
 impl Formula {
@@ -297,7 +301,9 @@ const DISTANCE: &Convention =
     &Convention { rule: "per pair and feature: 3 (difference, power, accumulate); backward 4", source: TORCHSCAN };
 const RMS_NORM: &Convention = &Convention {
     rule: "per element: 3 (square, the mean's add, scale), 4 with a weight, and 2 per normalized row (epsilon, \
-           reciprocal square root): its CPU decomposition's count; weight norm 3 per element of v; backward 2x per element",
+           reciprocal square root): its CPU decomposition's count; backward as the decomposition's autograd \
+           backward: the input's gradient 8 per element (9 with a weight) and 3 per row, the weight's 2 per \
+           element; weight norm 3 per element of v, backward 2x per element",
     source: TORCHSCAN,
 };
 const FUSED_OPTIMIZER: &Convention = &Convention {
@@ -415,6 +421,19 @@ const LAPACK_FACTORIZATIONS: &Convention = &Convention {
            Cholesky 2/3 n^3, eigenvalues only 10 n^3",
     source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
 };
+const QR: &Convention = &Convention {
+    rule: "LAPACK Working Note 41 counts per matrix: Householder QR 2mn^2 - 2/3 n^3 (m >= n; m and n swapped \
+           otherwise), then Q formed from its k = min(m, n) reflectors, 4mqk - 2(m+q)k^2 + 4/3 k^3: mode reduced \
+           q = k, complete q = m, r no Q; complex 4x",
+    source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
+};
+const LEAST_SQUARES: &Convention = &Convention {
+    rule: "per matrix, M >= N the larger and smaller of m and n, k right-hand sides: gels QR 2MN^2 - 2/3 N^3, \
+           Q^T B 4MNk - 2N^2 k, triangular solve N^2 k; gelsy the same for a full-rank matrix, + 2m^2(n - m) to \
+           reduce the trapezoid when m < n; gelsd and gelss an estimate (the SVD is iterative): 4MN^2 + 8N^3 + \
+           4MNk; no driver: the device's default (gelsy on the CPU, gels elsewhere); complex 4x",
+    source: "LAPACK Working Note 41; Golub & Van Loan, Matrix Computations",
+};
 const SEARCHING: &Convention = &Convention {
     rule: "ceil(log2(n + 1)) comparisons per value searched among n; mode a sort and a pass; unique_consecutive \
            1 per element; unique_dim r ceil(log2 r) + r slice comparisons of w elements; histogram as histc (+ a \
@@ -457,8 +476,30 @@ const INTEGER_PRODUCT: &Convention = &Convention {
     rule: "integer operations, not FLOPs: 2 per multiply-accumulate (int8 x int8 into int32); requantization and a fused ReLU not counted",
     source: TORCHSCAN,
 };
+/// A dynamic quantized Linear (`quantized::linear_dynamic`, fbgemm or qnnpack): the integer
+/// product as `INTEGER_PRODUCT`, and the floating-point work around it counted as FLOPs, as the
+/// separate operators would count it: the input's dynamic quantization (`quantize_per_tensor_dynamic`,
+/// 6 per element: its minimum and maximum, 2; divide, zero point, round, clamp, 4; the scale and
+/// zero point, per tensor, nothing per element), the output's dequantization (1 per element: the
+/// multiply by the input's and the weight's scales; the zero points' corrections are integer
+/// work, in the product), the bias when the packed weight has one and the fused ReLU's clamp on
+/// the floating-point output (1 per output element each).
+const DYNAMIC_INTEGER_PRODUCT: &Convention = &Convention {
+    rule: "integer operations: 2 per multiply-accumulate (int8 x int8 into int32); and FLOPs (pointwise) for the \
+           floating-point work around it: the input's dynamic quantization 6 per input element (minimum and maximum \
+           2, quantize 4), the output's dequantization 1 per output element (the scales' multiply), the bias and a \
+           fused ReLU 1 per output element each",
+    source: TORCHSCAN,
+};
+const DYNAMIC_QUANTIZE: &Convention = &Convention {
+    rule: "6 FLOPs per element: the minimum and maximum (2), then divide by the scale, add the zero point, round, \
+           clamp (4)",
+    source: TORCHSCAN,
+};
 const PACKED_FP16_PRODUCT: &Convention = &Convention {
-    rule: "2 FLOPs per multiply-accumulate (fp16 weight, float activations); the weight's shape read from its packed object",
+    rule: "2 FLOPs per multiply-accumulate (fp16 weight, float activations); the bias, when the packed weight has \
+           one, and a fused ReLU 1 per output element each (the bias convention); the weight's shape read from its \
+           packed object",
     source: TORCHSCAN,
 };
 const INTEGER_ELEMENTWISE: &Convention = &Convention {
@@ -489,6 +530,7 @@ macro_rules! row {
             convention: $conv,
             sparse: None,
             complex: None,
+            float: None,
         }
     };
     ($op:literal, $cat:ident, $f:expr, $conv:expr, sparse: $s:expr) => {
@@ -500,6 +542,7 @@ macro_rules! row {
             convention: $conv,
             sparse: Some($s),
             complex: None,
+            float: None,
         }
     };
     ($op:literal, $cat:ident, $f:expr, $conv:expr, sparse: $s:expr, complex: $k:literal) => {
@@ -511,6 +554,7 @@ macro_rules! row {
             convention: $conv,
             sparse: Some($s),
             complex: Some($k),
+            float: None,
         }
     };
     ($op:literal, $cat:ident, $f:expr, $conv:expr, complex: $k:literal) => {
@@ -522,6 +566,19 @@ macro_rules! row {
             convention: $conv,
             sparse: None,
             complex: Some($k),
+            float: None,
+        }
+    };
+    ($op:literal, Integer, $f:expr, $conv:expr, float: $g:expr) => {
+        Formula {
+            operator: $op,
+            category: Category::Integer,
+            flops: $f,
+            formula: concat!(stringify!($f), "`, FLOPs: `", stringify!($g)),
+            convention: $conv,
+            sparse: None,
+            complex: None,
+            float: Some($g),
         }
     };
 }
@@ -797,10 +854,22 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::_int_mm", Integer, matmul::mm, INTEGER_PRODUCT),
     row!("quantized::linear", Integer, quantize::packed_linear, INTEGER_PRODUCT),
     row!("quantized::linear_relu", Integer, quantize::packed_linear, INTEGER_PRODUCT),
-    row!("quantized::linear_dynamic", Integer, quantize::packed_linear, INTEGER_PRODUCT),
-    row!("quantized::linear_relu_dynamic", Integer, quantize::packed_linear, INTEGER_PRODUCT),
-    row!("quantized::linear_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
-    row!("quantized::linear_relu_dynamic_fp16", Matmul, quantize::packed_linear, PACKED_FP16_PRODUCT),
+    row!(
+        "quantized::linear_dynamic",
+        Integer,
+        quantize::packed_linear,
+        DYNAMIC_INTEGER_PRODUCT,
+        float: quantize::dynamic_linear_float::<0>
+    ),
+    row!(
+        "quantized::linear_relu_dynamic",
+        Integer,
+        quantize::packed_linear,
+        DYNAMIC_INTEGER_PRODUCT,
+        float: quantize::dynamic_linear_float::<1>
+    ),
+    row!("quantized::linear_dynamic_fp16", Matmul, quantize::packed_fp16_linear::<0>, PACKED_FP16_PRODUCT),
+    row!("quantized::linear_relu_dynamic_fp16", Matmul, quantize::packed_fp16_linear::<1>, PACKED_FP16_PRODUCT),
     row!("quantized::conv1d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
     row!("quantized::conv2d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
     row!("quantized::conv3d", Integer, quantize::packed_conv, INTEGER_PRODUCT),
@@ -822,7 +891,7 @@ pub static FORMULAS: &[Formula] = &[
     row!("quantized::mul_scalar_relu", Integer, quantize::elementwise, INTEGER_ELEMENTWISE),
     // Quantization in floating point (integer kernels of quantized models are not FLOPs).
     row!("aten::quantize_per_tensor", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
-    row!("aten::quantize_per_tensor_dynamic", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
+    row!("aten::quantize_per_tensor_dynamic", Pointwise, quantize::per_input_element::<6>, DYNAMIC_QUANTIZE),
     row!("aten::quantize_per_channel", Pointwise, quantize::per_input_element::<4>, QUANTIZE),
     row!("aten::dequantize", Pointwise, quantize::per_input_element::<2>, DEQUANTIZE),
     row!("aten::fake_quantize_per_tensor_affine_cachemask", Pointwise, quantize::per_input_element::<6>, FAKE_QUANTIZE),
@@ -1233,6 +1302,8 @@ pub static FORMULAS: &[Formula] = &[
     row!("aten::linalg_ldl_factor_ex", LinearAlgebra, linalg::ldl_factor, LAPACK_FACTORIZATIONS),
     row!("aten::linalg_ldl_solve", LinearAlgebra, linalg::ldl_solve, LAPACK_FACTORIZATIONS),
     row!("aten::_linalg_eigvals", LinearAlgebra, linalg::eigvals, LAPACK_FACTORIZATIONS),
+    row!("aten::linalg_qr", LinearAlgebra, linalg::qr, QR),
+    row!("aten::linalg_lstsq", LinearAlgebra, linalg::lstsq, LEAST_SQUARES),
     row!("aten::linalg_eigvals", LinearAlgebra, descend, COMPOSITE_KERNEL),
     row!("aten::linalg_lu", LinearAlgebra, descend, COMPOSITE_KERNEL),
     row!("aten::linalg_matrix_exp", LinearAlgebra, descend, COMPOSITE_KERNEL),
@@ -1530,7 +1601,7 @@ mod tests {
         ("linalg_cross", 3),                              // a_i b_j - a_j b_i per output element
         ("dequantize", 2),                                // (q - zero_point) * scale
         ("quantize_per_tensor", 4),                       // divide, round, add, clamp
-        ("quantize_per_tensor_dynamic", 4),
+        ("quantize_per_tensor_dynamic", 6),               // its minimum and maximum (2), then quantize (4)
         ("quantize_per_channel", 4),
         // fake quantization: quantize (4), then dequantize (2)
         ("fake_quantize_per_tensor_affine_cachemask", 6),

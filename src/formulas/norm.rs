@@ -86,10 +86,38 @@ pub fn rms_norm(args: &Args) -> Result<u64, FormulaError> {
     add(per_element, mul(rows, 2)?)
 }
 
-/// `_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask)`:
-/// twice the forward.
+/// `_fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask)`
+/// (CUDA): what the backward of its CPU decomposition counts (`x * rsqrt(mean(x^2) + eps) * w`
+/// differentiated by autograd), for `N` elements in `R` normalized rows, by the outputs asked:
+/// - the input's gradient, `(8 + weight) N + 3 R`: `grad * w` (with a weight), `g * rstd`, the
+///   row sums of `g * x` (a multiply and an add per element), `rsqrt`'s derivative per row
+///   (`rstd^3`, `* -0.5`, `* the sum`: 3), the mean's (a divide by the row size per element),
+///   the square's (`x^1`, `* 2`, `* the gradient`: 3 per element), and the sum of the two paths
+///   into `x` (1 per element);
+/// - the weight's, `2 N`: `grad * xhat` and the sum over the rows.
+///
+/// `[4, 64]` with a weight, both asked: `9 x 256 + 12 + 512 = 2,828`, as on the CPU.
 pub fn rms_norm_backward(args: &Args) -> Result<u64, FormulaError> {
-    numel_times(1, args, 2 * (3 + u64::from(args.has_tensor(4))))
+    let input = require_tensor(args, 1)?;
+    let normalized = args.int_list(2).ok_or(FormulaError::MissingArgument(2))?.len();
+    let batch = input.dims.len().checked_sub(normalized).ok_or(FormulaError::UnexpectedShape)?;
+    let rows = product(&input.dims[..batch])?;
+    let n = input.numel().ok_or(FormulaError::Overflow)?;
+    let weighted = args.has_tensor(4);
+    // The schema's default asks for both (the dispatcher always hands it over).
+    let (input_grad, weight_grad) = match args.bool_list(5) {
+        Some(&[input, weight]) => (input != 0, weight != 0),
+        None => (true, true),
+        Some(_) => return Err(FormulaError::UnexpectedShape),
+    };
+    let mut flops = 0;
+    if input_grad {
+        flops = add(mul(n, 8 + u64::from(weighted))?, mul(rows, 3)?)?;
+    }
+    if weight_grad && weighted {
+        flops = add(flops, mul(n, 2)?)?;
+    }
+    Ok(flops)
 }
 
 /// `_weight_norm_interface(v, g, dim)`: `v`'s norms (a square and an add per element) and
@@ -323,8 +351,7 @@ mod tests {
         use crate::args::build::*;
         use crate::formulas::testing::with_args;
         // RMSNorm(6) on [4, 6] with a weight: 24 x 4 + 4 rows x 2 = 104; without: 72 + 8 = 80
-        // (what its CPU decomposition counts: pow 24, mean 24, add_ 4, rsqrt 4, mul 24, mul 24);
-        // backward 2 x 4 per element.
+        // (what its CPU decomposition counts: pow 24, mean 24, add_ 4, rsqrt 4, mul 24, mul 24).
         let rms = |weighted: bool| {
             with_args(
                 |s| {
@@ -340,17 +367,36 @@ mod tests {
             )
         };
         assert_eq!((rms(true), rms(false)), (Ok(104), Ok(80)));
-        let backward = with_args(
-            |s| {
-                tensor(s, &[4, 6]);
-                tensor(s, &[4, 6]);
-                ints(s, &[6]);
-                tensor(s, &[4, 1]);
-                tensor(s, &[6]);
-            },
-            rms_norm_backward,
-        );
-        assert_eq!(backward, Ok(192));
+        // Backward, as the CPU decomposition's (N = 24 elements, R = 4 rows): the input's
+        // gradient (8 + 1) x 24 + 3 x 4 = 228 with a weight, 8 x 24 + 12 = 204 without; the
+        // weight's 2 x 24 = 48. [4, 64] with a weight, both: 9 x 256 + 3 x 4 + 2 x 256 = 2,828,
+        // what autograd's backward of the decomposition counts on the CPU.
+        let backward = |shape: &'static [i64], weighted: bool, mask: Option<[bool; 2]>| {
+            with_args(
+                move |s| {
+                    tensor(s, shape);
+                    tensor(s, shape);
+                    ints(s, &shape[1..]);
+                    tensor(s, &[shape[0], 1]);
+                    if weighted {
+                        tensor(s, &shape[1..])
+                    } else {
+                        none(s)
+                    }
+                    if let Some(mask) = mask {
+                        bools(s, &mask);
+                    }
+                },
+                rms_norm_backward,
+            )
+        };
+        assert_eq!(backward(&[4, 6], true, Some([true, true])), Ok(228 + 48));
+        assert_eq!(backward(&[4, 6], true, None), Ok(276), "the schema's default asks for both");
+        assert_eq!(backward(&[4, 6], true, Some([true, false])), Ok(228));
+        assert_eq!(backward(&[4, 6], true, Some([false, true])), Ok(48));
+        assert_eq!(backward(&[4, 6], false, Some([true, true])), Ok(204), "no weight, no weight gradient");
+        assert_eq!(backward(&[4, 64], true, Some([true, true])), Ok(2828));
+        assert_eq!(backward(&[4, 64], false, Some([true, false])), Ok(2060));
         // weight_norm on v [4, 5]: 20 x 3 = 60; backward 120.
         assert_eq!(with_args(|s| tensor(s, &[4, 5]), weight_norm), Ok(60));
         let wn_backward = with_args(

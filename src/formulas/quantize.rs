@@ -6,12 +6,14 @@
 //! FLOPs. `quantized::linear_dynamic_fp16` multiplies in floating point: FLOPs, `matmul`.
 //! A packed weight's shape and a packed convolution's parameters come from the packed object
 //! (`Arg::Packed`, read by the shim). Not counted, by convention: the requantization of each
-//! output (scale and zero point) and a fused ReLU's clamp, which are the kernel's epilogue, and
-//! the dynamic kernels' quantization of their floating-point input.
+//! output (scale and zero point) and a fused ReLU's clamp, which are the integer kernels'
+//! epilogue. A dynamic kernel (`quantized::linear_dynamic`) computes in floating point around its
+//! integer product: its input's quantization, its output's dequantization and bias, which are
+//! FLOPs, counted beside its integer operations ([`dynamic_linear_float`]).
 
 use super::conv::convolution_of;
 use super::pointwise::broadcast_numel;
-use super::{mul_all, require_tensor, FormulaError};
+use super::{add, mul, mul_all, product, require_tensor, FormulaError};
 use crate::args::Args;
 
 /// An operator that does arithmetic torchscan deliberately does not count, and why. Its calls
@@ -23,9 +25,6 @@ pub struct Uncounted {
 
 /// Why an operator's work cannot be priced from what the dispatcher shows.
 const TEST_ONLY: &str = "a PyTorch internal test operator, not model work";
-const MODE_STRING: &str =
-    "its algorithm is chosen by a string argument (QR's mode, least squares' driver), which the observer does not \
-     read: a count for one choice would be wrong for the others";
 const OPAQUE_OPERAND: &str = "an operand the dispatcher shows no sizes for (a compressed or packed buffer)";
 const DATA_DEPENDENT: &str =
     "its work depends on the values (each box's size and angle), which the observer does not read";
@@ -38,8 +37,6 @@ pub static UNCOUNTED: &[Uncounted] = &[
     Uncounted { operator: "aten::_test_optional_filled_intlist", reason: TEST_ONLY },
     Uncounted { operator: "aten::_test_optional_floatlist", reason: TEST_ONLY },
     Uncounted { operator: "aten::_test_optional_intlist", reason: TEST_ONLY },
-    Uncounted { operator: "aten::linalg_qr", reason: MODE_STRING },
-    Uncounted { operator: "aten::linalg_lstsq", reason: MODE_STRING },
     Uncounted { operator: "aten::_cslt_sparse_mm", reason: OPAQUE_OPERAND },
     Uncounted { operator: "aten::_cslt_sparse_mm_search", reason: OPAQUE_OPERAND },
     Uncounted { operator: "aten::quantized_lstm", reason: OPAQUE_OPERAND },
@@ -55,9 +52,9 @@ pub fn uncounted_reason(operator: &str) -> Option<&'static str> {
     UNCOUNTED.iter().find(|u| u.operator == operator).map(|u| u.reason)
 }
 
-/// `quantized::linear(X[..., K], W_prepack[N, K], scale, zero_point)` and its `_relu`,
-/// `_dynamic` and `_dynamic_fp16` forms: `2 * numel(X) * N` (each of `numel(X) / K` rows meets
-/// the `N x K` weight).
+/// `quantized::linear(X[..., K], W_prepack[N, K], scale, zero_point)` and its `_relu` and
+/// `_dynamic` forms (their integer operations): `2 * numel(X) * N` (each of `numel(X) / K` rows
+/// meets the `N x K` weight).
 pub fn packed_linear(args: &Args) -> Result<u64, FormulaError> {
     let input = require_tensor(args, 0)?;
     let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
@@ -66,6 +63,49 @@ pub fn packed_linear(args: &Args) -> Result<u64, FormulaError> {
         return Err(FormulaError::UnexpectedShape);
     }
     mul_all(&[2, input.numel().ok_or(FormulaError::Overflow)?, out_features as u64])
+}
+
+/// `quantized::linear_dynamic_fp16(X[..., K], W_prepack[N, K])` and `linear_relu_dynamic_fp16`
+/// (`RELU = 1`): a floating-point product (fp16 weights), FLOPs, under the bias convention as a
+/// float `Linear`: `2 numel(X) N`, plus 1 per output element for the bias when the packed weight
+/// has one and 1 for the ReLU (as `_addmm_activation`'s).
+pub fn packed_fp16_linear<const RELU: u64>(args: &Args) -> Result<u64, FormulaError> {
+    let product = packed_linear(args)?;
+    let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
+    let &[bias @ (0 | 1)] = packed.params else { return Err(FormulaError::UnexpectedShape) };
+    let input = require_tensor(args, 0)?;
+    let rows = product_of_rows(input.dims)?;
+    add(product, mul(mul(rows, packed.weight.dims[0] as u64)?, bias as u64 + RELU)?)
+}
+
+/// The rows of a linear's input `[..., K]`: the product of its leading dimensions.
+fn product_of_rows(dims: &[i64]) -> Result<u64, FormulaError> {
+    product(dims.split_last().ok_or(FormulaError::UnexpectedShape)?.1)
+}
+
+/// The floating-point work of `quantized::linear_dynamic(X[..., K], W_prepack[N, K],
+/// reduce_range)` (and `linear_relu_dynamic`, `RELU = 1`), in FLOPs, as the separate operators
+/// would count it. What the kernel does (fbgemm's `PackedLinearWeight::apply_dynamic_impl`,
+/// qnnpack's alike): the input's range (`FindMinMax`: a minimum and a maximum, 2 per element),
+/// its scale and zero point (per tensor: nothing per element), its quantization (divide by the
+/// scale, add the zero point, round, clamp: 4 per element, as `quantize_per_tensor`); the integer
+/// product (the integer operations); then per output element the dequantization (the int32
+/// accumulator, corrected for the zero points in integer arithmetic, times the input's and the
+/// weight's scales: 1), the bias when the packed weight has one (1) and the ReLU's clamp (1).
+/// `6 numel(X) + (1 + bias + RELU) rows N`, `rows = numel(X) / K`.
+pub fn dynamic_linear_float<const RELU: u64>(args: &Args) -> Result<u64, FormulaError> {
+    let input = require_tensor(args, 0)?;
+    let packed = args.packed(1).ok_or(FormulaError::MissingArgument(1))?;
+    let &[out_features, in_features] = packed.weight.dims else { return Err(FormulaError::UnexpectedShape) };
+    // The shim records whether the packed weight holds a bias (1 or 0).
+    let &[bias @ (0 | 1)] = packed.params else { return Err(FormulaError::UnexpectedShape) };
+    let rank = input.dims.len();
+    if rank == 0 || input.dims[rank - 1] != in_features || out_features < 0 {
+        return Err(FormulaError::UnexpectedShape);
+    }
+    let outputs = mul(product_of_rows(input.dims)?, out_features as u64)?;
+    let quantize = mul(input.numel().ok_or(FormulaError::Overflow)?, 6)?;
+    add(quantize, mul(outputs, 1 + bias as u64 + RELU)?)
 }
 
 /// `quantized::conv{1,2,3}d(qx, packed_weight, scale, zero_point)` with its `_relu`/`_add`
@@ -115,7 +155,7 @@ pub fn per_input_element<const K: u64>(args: &Args) -> Result<u64, FormulaError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::build::{double, int, packed, tensor};
+    use crate::args::build::{boolean, double, int, packed, tensor};
     use crate::formulas::testing::with_args;
 
     /// A call `(input, packed weight, scale, zero point)`.
@@ -151,6 +191,62 @@ mod tests {
             packed_linear,
         );
         assert_eq!(missing, Err(FormulaError::MissingArgument(1)));
+    }
+
+    #[test]
+    fn dynamic_linear_counts_its_floating_point_work_as_flops() {
+        // quantize_dynamic(Linear(16, 8)) on X[4, 16]: the input's quantization 64 x 6 = 384
+        // (minimum and maximum 2, quantize 4); per output element (4 x 8 = 32) the
+        // dequantization's multiply and the bias: 2 x 32 = 64. 448 FLOPs, beside 2 x 4 x 16 x 8 =
+        // 1,024 integer operations.
+        let call = |input: &[i64], bias: i64, f: super::super::FlopFn| {
+            with_args(
+                |s| {
+                    tensor(s, input);
+                    packed(s, &[8, 16], &[bias]);
+                    boolean(s, false);
+                },
+                f,
+            )
+        };
+        assert_eq!(call(&[4, 16], 1, dynamic_linear_float::<0>), Ok(384 + 64));
+        assert_eq!(call(&[4, 16], 1, packed_linear), Ok(1024));
+        // No bias: 384 + 32; with the fused ReLU: 384 + 3 x 32.
+        assert_eq!(call(&[4, 16], 0, dynamic_linear_float::<0>), Ok(416));
+        assert_eq!(call(&[4, 16], 1, dynamic_linear_float::<1>), Ok(480));
+        // X[2, 3, 16]: 96 x 6 = 576; 6 rows x 8 = 48 outputs x 2 = 96.
+        assert_eq!(call(&[2, 3, 16], 1, dynamic_linear_float::<0>), Ok(672));
+        // The weight must match the input; the bias flag must be there: never a guess.
+        assert_eq!(call(&[4, 15], 1, dynamic_linear_float::<0>), Err(FormulaError::UnexpectedShape));
+        assert_eq!(call(&[4, 16], 2, dynamic_linear_float::<0>), Err(FormulaError::UnexpectedShape));
+        let no_flag = with_args(
+            |s| {
+                tensor(s, &[4, 16]);
+                packed(s, &[8, 16], &[]);
+            },
+            dynamic_linear_float::<0>,
+        );
+        assert_eq!(no_flag, Err(FormulaError::UnexpectedShape));
+    }
+
+    #[test]
+    fn fp16_dynamic_linear_adds_its_bias_as_a_float_linear() {
+        // X[4, 16] @ W[8, 16]^T: 2 x 4 x 16 x 8 = 1,024 FLOPs; the bias on 32 outputs, + 32; the
+        // fused ReLU + 32 more; without a bias, the product alone.
+        let call = |bias: i64, f: super::super::FlopFn| {
+            with_args(
+                |s| {
+                    tensor(s, &[4, 16]);
+                    packed(s, &[8, 16], &[bias]);
+                },
+                f,
+            )
+        };
+        assert_eq!(call(1, packed_fp16_linear::<0>), Ok(1056));
+        assert_eq!(call(1, packed_fp16_linear::<1>), Ok(1088));
+        assert_eq!(call(0, packed_fp16_linear::<0>), Ok(1024));
+        assert_eq!(call(0, packed_fp16_linear::<1>), Ok(1056));
+        assert_eq!(call(3, packed_fp16_linear::<0>), Err(FormulaError::UnexpectedShape));
     }
 
     #[test]

@@ -17,6 +17,7 @@ struct Merged {
     class: Class,
     calls: u64,
     flops: u64,
+    float_flops: u64,
     overflowed: bool,
     errors: u64,
     first_error: Option<FormulaError>,
@@ -24,7 +25,15 @@ struct Merged {
 
 impl Default for Merged {
     fn default() -> Self {
-        Merged { class: Class::Transparent, calls: 0, flops: 0, overflowed: false, errors: 0, first_error: None }
+        Merged {
+            class: Class::Transparent,
+            calls: 0,
+            flops: 0,
+            float_flops: 0,
+            overflowed: false,
+            errors: 0,
+            first_error: None,
+        }
     }
 }
 
@@ -127,6 +136,7 @@ impl Session {
             }
             e.calls += s.calls;
             e.flops = e.flops.saturating_add(s.flops);
+            e.float_flops = e.float_flops.saturating_add(s.float_flops);
             e.overflowed |= s.overflowed;
             e.errors += s.formula_errors;
             e.first_error = e.first_error.or(s.first_error);
@@ -157,6 +167,11 @@ impl Session {
                 Class::Formula(i) if m.calls > 0 && !m.overflowed => {
                     if m.calls > m.errors {
                         out.count(&packet, m.flops, m.calls - m.errors, formulas::FORMULAS[i].category);
+                        // An integer kernel's floating-point work: FLOPs, under the same name.
+                        if formulas::FORMULAS[i].float.is_some() {
+                            out.by_operator.insert(packet.clone(), m.float_flops);
+                            out.counted_categories[Category::Pointwise as usize] = true;
+                        }
                     }
                     if let Some(error) = m.first_error {
                         out.diagnostics.push(about(op_diagnostic(

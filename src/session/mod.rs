@@ -142,6 +142,8 @@ pub struct Receipt {
     pub phase: u8,
     pub category: u8,
     pub flops: u64,
+    /// An integer kernel's floating-point work, counted as FLOPs ([`formulas::Formula::float`]).
+    pub float_flops: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,6 +248,9 @@ struct OpStats {
     positional_args: usize,
     calls: u64,
     flops: u64,
+    /// An integer kernel's floating-point work ([`formulas::Formula::float`]), in FLOPs; `flops`
+    /// holds its integer operations.
+    float_flops: u64,
     overflowed: bool,
     formula_errors: u64,
     first_error: Option<FormulaError>,
@@ -492,7 +497,15 @@ impl Session {
             Class::Ignored(_) => {
                 // Counted now (a call, no arithmetic); taken back if it raises.
                 self.ops[op].calls += 1;
-                self.receipt = Receipt { valid: true, op: op as u32, scope, phase: phase as u8, category: 0, flops: 0 };
+                self.receipt = Receipt {
+                    valid: true,
+                    op: op as u32,
+                    scope,
+                    phase: phase as u8,
+                    category: 0,
+                    flops: 0,
+                    float_flops: 0,
+                };
                 return Decision::claim(kernel, 0);
             }
             Class::Uncounted => Outcome::Uncounted,
@@ -607,13 +620,63 @@ impl Session {
             Ok(flops) => {
                 self.ops[op].calls += 1;
                 self.count(op, category, scope, phase, flops);
-                self.receipt =
-                    Receipt { valid: true, op: op as u32, scope, phase: phase as u8, category: category as u8, flops };
+                let float_flops = self.count_float_part(op, index, scope, phase, event);
+                self.receipt = Receipt {
+                    valid: true,
+                    op: op as u32,
+                    scope,
+                    phase: phase as u8,
+                    category: category as u8,
+                    flops,
+                    float_flops,
+                };
                 Ok(Decision::claim(self.ops[op].kernel, 0))
             }
             Err(FormulaError::Overflow) => Err(Outcome::Overflow(category)),
             Err(FormulaError::Descend) => Ok(Decision::DESCEND),
             Err(error) => Err(Outcome::Failed(error)),
+        }
+    }
+
+    /// The floating-point work of an integer kernel (a row's [`formulas::Formula::float`]: a
+    /// dynamic quantized Linear's quantization of its input, dequantization and bias), counted
+    /// as FLOPs (`pointwise`) beside its integer operations; 0 for every other row. Only those
+    /// few rows read their inputs a second time.
+    fn count_float_part(&mut self, op: usize, index: usize, scope: u32, phase: Phase, event: &dyn OpEvent) -> u64 {
+        let Some(float) = formulas::FORMULAS[index].float else { return 0 };
+        let inputs = event.inputs();
+        let priced = if index_stream(inputs, &mut self.offsets) {
+            float(&Args::new(inputs, &self.offsets))
+        } else {
+            Err(FormulaError::UnexpectedShape)
+        };
+        let pointwise = Category::Pointwise as usize;
+        match priced {
+            Ok(flops) => {
+                let stats = &mut self.ops[op];
+                match stats.float_flops.checked_add(flops) {
+                    Some(v) => stats.float_flops = v,
+                    None => self.total.overflowed = true,
+                }
+                let slot = &mut self.categories[pointwise];
+                *slot = slot.checked_add(flops).unwrap_or(u64::MAX);
+                self.total.add(flops);
+                self.phases[phase as usize].add(flops);
+                self.scopes.add_flops(scope, flops);
+                flops
+            }
+            Err(FormulaError::Overflow) => {
+                self.categories[pointwise] = u64::MAX;
+                self.total.overflowed = true;
+                self.phases[phase as usize].overflowed = true;
+                self.scopes.mark_overflowed(scope);
+                0
+            }
+            // The integer part read the same arguments: unreachable but for a malformed stream.
+            Err(_) => {
+                self.mark_incomplete(scope, phase);
+                0
+            }
         }
     }
 
@@ -652,24 +715,31 @@ impl Session {
         }
         stats.calls = stats.calls.saturating_sub(1);
         let flops = receipt.flops;
+        stats.flops = stats.flops.saturating_sub(flops);
+        stats.float_flops = stats.float_flops.saturating_sub(receipt.float_flops);
+        if receipt.category == Category::Integer as u8 {
+            self.integer.flops = self.integer.flops.saturating_sub(flops);
+            // Its floating-point work is FLOPs, in `pointwise`.
+            self.take_back_flops(Category::Pointwise as u8, receipt.phase, receipt.scope, receipt.float_flops);
+        } else {
+            self.take_back_flops(receipt.category, receipt.phase, receipt.scope, flops);
+        }
+    }
+
+    fn take_back_flops(&mut self, category: u8, phase: u8, scope: u32, flops: u64) {
         if flops == 0 {
             return;
         }
-        stats.flops = stats.flops.saturating_sub(flops);
-        if receipt.category == Category::Integer as u8 {
-            self.integer.flops = self.integer.flops.saturating_sub(flops);
-            return;
-        }
-        if let Some(slot) = self.categories.get_mut(receipt.category as usize) {
+        if let Some(slot) = self.categories.get_mut(category as usize) {
             if *slot != u64::MAX {
                 *slot = slot.saturating_sub(flops);
             }
         }
         self.total.flops = self.total.flops.saturating_sub(flops);
-        if let Some(phase) = self.phases.get_mut(receipt.phase as usize) {
+        if let Some(phase) = self.phases.get_mut(phase as usize) {
             phase.flops = phase.flops.saturating_sub(flops);
         }
-        self.scopes.sub_flops(receipt.scope, flops);
+        self.scopes.sub_flops(scope, flops);
     }
 
     /// An operator on a thread the session does not count: the report says work was missed
@@ -682,6 +752,10 @@ impl Session {
             Class::Formula(index) if !formulas::FORMULAS[index].category.is_flops() => {
                 *self.unfollowed.entry(op).or_insert(0) += 1;
                 self.integer.incomplete = true;
+                if formulas::FORMULAS[index].float.is_some() {
+                    self.total.incomplete = true;
+                    self.phases[phase as usize].incomplete = true;
+                }
                 Decision::SKIP
             }
             Class::Formula(_) | Class::Custom | Class::Uncounted => {
@@ -721,6 +795,10 @@ impl Session {
                 match stats.class {
                     Class::Formula(index) if !formulas::FORMULAS[index].category.is_flops() => {
                         self.integer.incomplete = true;
+                        // Its floating-point work (a dynamic quantized Linear's) is missing too.
+                        if formulas::FORMULAS[index].float.is_some() {
+                            self.mark_incomplete(scope, phase);
+                        }
                     }
                     _ => self.mark_incomplete(scope, phase),
                 }
@@ -769,6 +847,7 @@ impl Session {
             positional_args: description.positional_args,
             calls: 0,
             flops: 0,
+            float_flops: 0,
             overflowed: false,
             formula_errors: 0,
             first_error: None,
@@ -1116,6 +1195,35 @@ mod tests {
         assert_eq!(r.total.known_value, Some(528));
         assert_eq!(r.total.status, Status::Partial);
         assert!(r.diagnostics.iter().any(|d| d.message.contains("depends on the data")));
+    }
+
+    #[test]
+    fn a_dynamic_quantized_linear_counts_its_floating_point_work_as_flops() {
+        let mut s = Session::new(Config::default());
+        let linear = |a: &mut Vec<i64>| {
+            tensor(a, &[4, 16]);
+            crate::args::build::packed(a, &[8, 16], &[1]);
+            crate::args::build::boolean(a, false);
+        };
+        // X[4, 16], W[8, 16] with a bias: 2 x 4 x 16 x 8 = 1,024 integer operations; FLOPs: the
+        // input's quantization 64 x 6 = 384, the output's dequantization and bias 2 x 32 = 64.
+        let calls = vec![op("quantized::linear_dynamic", true, linear, vec![])];
+        run(&mut s, &calls, Phase::Forward);
+        // A call that raises is taken back, its integer operations and its FLOPs.
+        let start = forward_call("quantized::linear_dynamic");
+        let raised = op("quantized::linear_dynamic", true, linear, vec![]);
+        let start = OpCall { key: calls[0].name.unwrap().as_ptr() as usize, ..start };
+        finish(&mut s, start, &raised, false);
+        let r = report(s);
+        assert_eq!(r.total, MetricResult::complete(448, "workload"));
+        assert_eq!(r.by_phase["forward"], MetricResult::complete(448, "phase"));
+        assert_eq!(r.by_category, BTreeMap::from([("pointwise".to_string(), 448)]));
+        assert_eq!(r.by_operator, BTreeMap::from([("quantized.linear_dynamic".to_string(), 448)]));
+        assert_eq!(r.operator_calls["quantized.linear_dynamic"], 1);
+        let integer = r.integer_ops.expect("an integer kernel ran");
+        assert_eq!((integer.status, integer.value), (Status::Complete, Some(1024)));
+        assert_eq!(integer.by_operator, BTreeMap::from([("quantized.linear_dynamic".to_string(), 1024)]));
+        assert!(r.diagnostics.is_empty());
     }
 
     #[test]

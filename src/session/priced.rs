@@ -114,6 +114,7 @@ impl Session {
                 Some(v) => stats.flops = v,
                 None => stats.overflowed = true,
             }
+            stats.float_flops = stats.float_flops.saturating_add(op.float_flops);
             stats.overflowed |= op.overflowed;
             stats.formula_errors += op.formula_errors;
             stats.first_error = stats.first_error.or(op.first_error);

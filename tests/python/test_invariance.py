@@ -89,6 +89,36 @@ def test_the_fused_rms_norm_formula_counts_what_its_decomposition_counts():
     assert no_weight == 3 * 120 + 2 * 15 == 390
 
 
+def rms_backward(weighted: bool, input_grad: bool, weight_grad: bool, device: str = "cpu") -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, device=device, requires_grad=input_grad)
+    weight = torch.randn(64, device=device, requires_grad=weight_grad) if weighted else None
+    y = F.rms_norm(x, (64,), weight, 1e-6)
+    grad = torch.randn_like(y)
+    return report_of(lambda: y.backward(grad))
+
+
+def test_the_fused_rms_norm_backward_formula_counts_what_the_decomposition_backward_counts():
+    # On CPU, RMSNorm's backward is autograd's through the decomposition; on CUDA it is
+    # _fused_rms_norm_backward, whose formula (src/formulas/norm.rs, whose test holds these
+    # values) counts the same: N = 256 elements, R = 4 rows. The input's gradient: grad * w N,
+    # * rstd N, the row sums of g * x 2N, rsqrt's derivative 3R (rstd^3, * -0.5, * the sum), the
+    # mean's divide N, the square's x^1, * 2 and * g 3N, the two paths' add N: 9N + 3R; the
+    # weight's: grad * xhat and the sum over rows, 2N. (Was 2 x 4 per element, 2,048.)
+    assert rms_backward(True, True, True)["total"]["value"] == 9 * 256 + 3 * 4 + 2 * 256 == 2828
+    assert rms_backward(True, True, False)["total"]["value"] == 9 * 256 + 3 * 4 == 2316
+    assert rms_backward(True, False, True)["total"]["value"] == 2 * 256 == 512
+    assert rms_backward(False, True, False)["total"]["value"] == 8 * 256 + 3 * 4 == 2060
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="_fused_rms_norm_backward has a CUDA kernel only")
+def test_the_fused_rms_norm_backward_on_cuda_counts_what_cpu_counts():
+    for case in [(True, True, True), (True, True, False), (True, False, True), (False, True, False)]:
+        cuda = rms_backward(*case, device="cuda")
+        assert cuda["total"]["value"] == rms_backward(*case)["total"]["value"], case
+        assert cuda["by_operator"]["aten._fused_rms_norm_backward"] == cuda["total"]["value"], case
+
+
 # ---- Gradient clipping and p-norms ------------------------------------------------------------
 
 

@@ -5,7 +5,6 @@ deliberately uncounted operator leaves the total partial and names itself."""
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
 import torchvision
@@ -179,18 +178,69 @@ def test_detection_kernels():
     assert any("torchvision.roi_pool" in str(d.get("operator")) for d in report["diagnostics"])
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_an_operator_whose_cost_hangs_on_a_string_is_named_not_guessed():
-    report = torchscan.measure_flops(lambda: torch.linalg.qr(torch.randn(8, 4)))
+def test_a_deliberately_uncounted_operator_is_named_with_how_to_price_it():
+    features, rois = torch.randn(1, 8, 8, 8), torch.tensor([[0, 0.0, 0.0, 4.0, 4.0]])
+    report = torchscan.measure_flops(lambda: torchvision.ops.roi_pool(features, rois, 2))
     assert report["total"]["status"] == "partial"
-    diagnostics = [d for d in report["diagnostics"] if d.get("operator") == "aten.linalg_qr"]
-    assert diagnostics and "string argument" in diagnostics[0]["message"]
+    diagnostics = [d for d in report["diagnostics"] if d.get("operator") == "torchvision.roi_pool"]
+    assert diagnostics and diagnostics[0]["code"] == "deliberately_uncounted"
+    assert "depends on the values" in diagnostics[0]["message"]
     # The message says how to price it where its cost is known, and that works.
-    assert "custom_mapping={torch.ops.aten.linalg_qr: formula}" in diagnostics[0]["message"]
-    priced = torchscan.measure_flops(
-        lambda: torch.linalg.qr(torch.randn(8, 4)), custom_mapping={torch.ops.aten.linalg_qr: lambda *a, **k: 426}
-    )
+    assert "custom_mapping={torch.ops.torchvision.roi_pool: formula}" in diagnostics[0]["message"]
+    mapping = {torch.ops.torchvision.roi_pool: lambda *a, **k: 426}
+    priced = torchscan.measure_flops(lambda: torchvision.ops.roi_pool(features, rois, 2), custom_mapping=mapping)
     assert priced["total"] == {**priced["total"], "status": "complete", "value": 426}
+
+
+def test_qr_is_priced_by_its_mode():
+    # A 6 x 4 (m = 6, n = k = 4). Householder QR: 2 m n^2 - 2/3 n^3 = 192 - 42.67 = 149.33; Q formed
+    # from the 4 reflectors, 4 m q k - 2 (m + q) k^2 + 4/3 k^3: reduced (q = 4) 384 - 320 + 85.33 =
+    # 149.33, complete (q = 6) 576 - 384 + 85.33 = 277.33; "r" forms no Q.
+    a = torch.randn(6, 4)
+    assert only(lambda: torch.linalg.qr(a), "aten.linalg_qr") == 299  # 298.67
+    assert only(lambda: torch.linalg.qr(a, mode="reduced"), "aten.linalg_qr") == 299
+    assert only(lambda: torch.linalg.qr(a, mode="complete"), "aten.linalg_qr") == 427  # 426.67
+    assert only(lambda: torch.linalg.qr(a, mode="r"), "aten.linalg_qr") == 149  # 149.33
+    # A 4 x 6 (m < n): QR 2 x 6 x 16 - 42.67, Q 4 x 4 either way (4/3 x 64): 234.67.
+    assert only(lambda: torch.linalg.qr(torch.randn(4, 6), mode="complete"), "aten.linalg_qr") == 235
+    # A batch of 3 matrices: 3 x 298.67 = 896; complex: 4 x 299 = 1196.
+    assert only(lambda: torch.linalg.qr(torch.randn(3, 6, 4)), "aten.linalg_qr") == 896
+    assert only(lambda: torch.linalg.qr(torch.randn(6, 4, dtype=torch.complex64)), "aten.linalg_qr") == 1196
+    # The count is the call's, with nothing else in the report.
+    with torchscan.count_flops() as counter:
+        torch.linalg.qr(a, mode="complete")
+    report = counter.report()
+    assert report["total"]["status"] == "complete"
+    assert report["by_operator"] == {"aten.linalg_qr": 427}
+    assert report["by_category"] == {"linalg": 427}
+
+
+def test_least_squares_is_priced_by_its_driver():
+    torch.manual_seed(0)
+    tall, b = torch.randn(6, 4), torch.randn(6, 3)
+    # A 6 x 4, B 6 x 3 (M = 6, N = 4, k = 3). QR-based: QR 149.33, Q^T B 4 M N k - 2 N^2 k = 288 -
+    # 96, the triangular solve N^2 k = 48: 389.33. gelsy (full rank) counts the same for m >= n, and
+    # it is the CPU's default driver.
+    for driver in (None, "gels", "gelsy"):
+        assert only(lambda d=driver: torch.linalg.lstsq(tall, b, driver=d), "aten.linalg_lstsq") == 389
+    # SVD-based (an estimate): 4 M N^2 + 8 N^3 + 4 M N k = 384 + 512 + 288.
+    for driver in ("gelsd", "gelss"):
+        assert only(lambda d=driver: torch.linalg.lstsq(tall, b, driver=d), "aten.linalg_lstsq") == 1184
+    # Underdetermined A 4 x 6, B 4 x 3: gels 389.33 (LQ); gelsy adds the trapezoid's reduction,
+    # 2 m^2 (n - m) = 64: 453.33, and it is what the CPU runs without a driver.
+    wide, b4 = torch.randn(4, 6), torch.randn(4, 3)
+    assert only(lambda: torch.linalg.lstsq(wide, b4, driver="gels"), "aten.linalg_lstsq") == 389
+    assert only(lambda: torch.linalg.lstsq(wide, b4, driver="gelsy"), "aten.linalg_lstsq") == 453
+    assert only(lambda: torch.linalg.lstsq(wide, b4), "aten.linalg_lstsq") == 453
+    # B a vector (k = 1): 149.33 + 96 - 16 = 229.33; batches broadcast ([2, 1] with [1, 3]: 6 x 389.33).
+    assert only(lambda: torch.linalg.lstsq(tall, torch.randn(6)), "aten.linalg_lstsq") == 229
+    batched = lambda: torch.linalg.lstsq(torch.randn(2, 1, 6, 4), torch.randn(1, 3, 6, 3))  # noqa: E731
+    assert only(batched, "aten.linalg_lstsq") == 2336
+    with torchscan.count_flops() as counter:
+        torch.linalg.lstsq(tall, b, driver="gelsd")
+    report = counter.report()
+    assert report["total"]["status"] == "complete"
+    assert report["by_operator"] == {"aten.linalg_lstsq": 1184}
 
 
 def test_masked_softmax_and_qkv_transform():

@@ -1,6 +1,8 @@
 """Quantized models: floating-point quantization work is counted in FLOPs; integer kernels are
 priced in integer operations (``integer_ops``: 2 per int8 multiply-accumulate, 1 per quantized
-elementwise result), apart from FLOPs, from the packed weights' shapes."""
+elementwise result), apart from FLOPs, from the packed weights' shapes; a dynamic kernel's
+floating-point work around its integer product (quantizing its input, dequantizing its output,
+the bias) is FLOPs."""
 
 from __future__ import annotations
 
@@ -131,13 +133,47 @@ def test_dynamic_models_price_their_kernel(dtype, kernel, where):
     report = measure_flops(lambda: model(torch.randn(4, 16)))
     assert report["total"]["status"] == "complete", report["diagnostics"]
     expected = 2 * 4 * 16 * 8  # 4 rows x 16 x 8 multiply-accumulates
-    if where == "flops":  # fp16 weights, float arithmetic: FLOPs, as a float Linear
-        assert report["by_operator"] == {kernel: expected}
-        assert report["by_category"] == {"matmul": expected}
+    if where == "flops":  # fp16 weights, float arithmetic: FLOPs, as a float Linear, with its bias
+        bias = 4 * 8  # 1 per output element (the bias convention)
+        assert report["by_operator"] == {kernel: expected + bias}
+        assert report["by_category"] == {"matmul": expected + bias}
         assert "integer_ops" not in report
     else:
         assert report["integer_ops"]["by_operator"] == {kernel: expected}
         assert report["integer_ops"]["value"] == expected
+        # The floating-point work around the integer product, in FLOPs: the input's dynamic
+        # quantization 6 x 64 (its minimum and maximum 2, quantize 4), the output's
+        # dequantization (the scales' multiply) and the bias, 1 each per output element (4 x 8).
+        flops = 6 * 4 * 16 + 2 * 4 * 8
+        assert report["total"]["value"] == flops == 448
+        assert report["by_operator"] == {kernel: flops}
+        assert report["by_category"] == {"pointwise": flops}
+
+
+def test_dynamic_linear_counts_the_floating_point_work_the_separate_operators_would():
+    x = torch.randn(2, 3, 16)
+
+    def measured(model: nn.Module) -> dict:
+        report = measure_flops(lambda: model(x))
+        assert report["total"]["status"] == "complete", report["diagnostics"]
+        return report
+
+    # No bias: 6 x 96 input elements + 1 x 48 output elements (2 x 3 rows x 8).
+    plain = tq.quantize_dynamic(nn.Sequential(nn.Linear(16, 8, bias=False)), {nn.Linear}, dtype=torch.qint8)
+    report = measured(plain)
+    assert report["by_operator"] == {"quantized.linear_dynamic": 6 * 96 + 48}
+    assert report["integer_ops"]["by_operator"] == {"quantized.linear_dynamic": 2 * 6 * 16 * 8}
+    # Fused with a ReLU (linear_relu_dynamic): the clamp on the floating-point output, 1 more
+    # per output element, beside the bias's.
+    fused = tq.fuse_modules(nn.Sequential(nn.Linear(16, 8), nn.ReLU()).eval(), [["0", "1"]])
+    report = measured(tq.quantize_dynamic(fused, {torch.ao.nn.intrinsic.LinearReLU}, dtype=torch.qint8))
+    assert report["by_operator"] == {"quantized.linear_relu_dynamic": 6 * 96 + 3 * 48}
+    # The same work as the separate operators: quantize_per_tensor_dynamic is 6 per element
+    # (its minimum and maximum, then quantize), as the kernel's quantization of its input.
+    quantize = measure_flops(lambda: torch.quantize_per_tensor_dynamic(x, torch.quint8, False))
+    assert quantize["by_operator"] == {"aten.quantize_per_tensor_dynamic": 6 * 96}
+    # The module the kernel runs in has its FLOPs (by_module is FLOPs, not integer operations).
+    assert measured(plain)["by_module"] == {"Sequential": 624, "Sequential.0": 624}
 
 
 def test_packed_weights_are_read_per_object_not_per_address():

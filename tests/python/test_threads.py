@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+import torchvision
 from torch import nn
 
 import torchscan
@@ -233,10 +234,12 @@ def test_all_threads_prices_other_threads_calls_with_the_custom_mapping(pool, ab
 
 
 def test_all_threads_reports_another_threads_operator_without_formula_as_uncounted(pool):
-    report = torchscan.measure_flops(lambda: pool.submit(torch.linalg.qr, torch.randn(4, 4)).result(), threads="all")
+    features, rois = torch.randn(1, 2, 4, 4), torch.tensor([[0, 0.0, 0.0, 2.0, 2.0]])
+    work = lambda: pool.submit(torchvision.ops.roi_pool, features, rois, 2).result()  # noqa: E731
+    report = torchscan.measure_flops(work, threads="all")
     assert report["total"]["status"] == "partial"
-    # linalg_qr is deliberately uncounted (its cost hangs on its mode string): named, not zero.
-    expected = [("deliberately_uncounted", "aten.linalg_qr")]
+    # roi_pool is deliberately uncounted (its cost hangs on its boxes' values): named, not zero.
+    expected = [("deliberately_uncounted", "torchvision.roi_pool")]
     assert [(d["code"], d.get("operator")) for d in report["diagnostics"]] == expected
 
 
