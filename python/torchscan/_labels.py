@@ -184,16 +184,18 @@ def _frames_wanted() -> bool:
     return choice != "hooks" and call_impl is _CALL_IMPL_CODE and _hooks.frames_supported()
 
 
-def start_labels(handle: int, roots: list[nn.Module] | None) -> Guard:
+def start_labels(handle: int, roots: list[nn.Module] | None) -> tuple[Guard, bool]:
     """Labels the module calls of session `handle` (opened on this thread) from now on, until the
     guard is released: by frames where the build can and no call of a module it labels is open
-    already (the frames would show a call the hooks never saw start); by hooks otherwise."""
+    already (the frames would show a call the hooks never saw start); by hooks otherwise. The
+    guard, and whether the labels are by frames (then a module call that runs no operator has
+    no ``by_module`` entry)."""
     labels = ModuleLabels(handle, roots)
     if _frames_wanted():
         open_now = _hooks.open_modules()
         if not any(module in labels._named or roots is None for module in open_now) and _hooks.label_by_frames(handle):
-            return Guard(_frames_group.add, _frames_group.remove, "_frame_labellers", labels)
-    return register("_labellers", labels)
+            return Guard(_frames_group.add, _frames_group.remove, "_frame_labellers", labels), True
+    return register("_labellers", labels), False
 
 
 _native_pre = _hooks.pre

@@ -43,6 +43,8 @@ class NativeSession:
         self._session: Guard | None = None
         self._registration: Guard | None = None
         self._closed = False
+        #: Whether the module labels are read from the frames (else hooks); set by `start`.
+        self.by_frames = False
 
     @property
     def handle(self) -> int:
@@ -58,7 +60,7 @@ class NativeSession:
         if not self._label:
             return
         try:
-            self._registration = start_labels(self.handle, self._roots)
+            self._registration, self.by_frames = start_labels(self.handle, self._roots)
         except BaseException:
             self.abort()
             raise

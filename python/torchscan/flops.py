@@ -7,6 +7,7 @@ caller maps to its own formulas (``custom_mapping``), after the workload has fin
 
 from __future__ import annotations
 
+import bisect
 import json
 import operator
 import sys
@@ -17,8 +18,11 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
+from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 from ._guards import Guard, hold
+from ._labels import _compiled_original, _root_name
+from ._names import escape_name
 from ._native import ops
 from ._parse import parse_report
 from ._session import NativeSession, kept_report
@@ -54,7 +58,10 @@ def measure_flops(
         workload: a zero-argument callable (forward, backward, optimizer step, ...).
         modules: the root module(s) whose calls label ``by_module`` (``ResNet``,
             ``ResNet.layer1.0.conv1``). By default every module the workload calls is labelled,
-            the outermost by its class name.
+            the outermost by its class name. Given, the report's ``uncalled_modules`` lists the
+            roots' modules holding parameters that made no call (labels by hooks) or ran no
+            operator (labels by frames: no ``by_module`` entry, none inside them), and
+            ``format_flops`` gives each a row of 0 FLOPs.
         custom_mapping: ``{torch.ops.ns.op: formula}`` for this call only; ``formula(*inputs,
             out_shape=...)`` receives tensor arguments as ``torch.Size`` and other positional
             arguments as values (PyTorch's flop-counter convention) and returns FLOPs per call.
@@ -78,11 +85,12 @@ def measure_flops(
     session.start()
     try:
         workload()
+        uncalled = session.uncalled()
     except BaseException:
         session.abort()
         raise
     report: FlopReport = parse_report(session.finish())
-    return report
+    return _with_uncalled(report, uncalled)
 
 
 class _Session:
@@ -91,10 +99,18 @@ class _Session:
 
     def __init__(self, config: _Config) -> None:
         self._formulas = config.formulas
+        self._roots = config.roots
         self._native = NativeSession(config.native, labels=True, roots=config.roots)
 
     def start(self) -> None:
         self._native.start()
+
+    def uncalled(self) -> _Uncalled | None:
+        """After the workload: the named roots' modules that may have made no call
+        (:func:`_uncalled_candidates`); None without named roots."""
+        if self._roots is None:
+            return None
+        return _uncalled_candidates(self._roots, self._native.by_frames)
 
     def finish(self) -> str:
         """Stops counting and builds the report (its JSON; parsed by whoever reads it); custom
@@ -147,6 +163,8 @@ class FlopCounter:
         # report built, when the block exits (the formulas must not run inside a later block).
         self._kept: Guard | None = None
         self._report: str | None = None
+        # The named roots' modules that may have made no call, listed when the block exits.
+        self._uncalled: _Uncalled | None = None
 
     def __enter__(self) -> FlopCounter:
         if self._state != "ready":
@@ -166,6 +184,12 @@ class FlopCounter:
             self._state = "failed"
             self._session.abort()
             return
+        try:
+            self._uncalled = self._session.uncalled()
+        except BaseException:
+            self._state = "failed"
+            self._session.abort()
+            raise
         try:
             self._kept = self._session.keep()
             if self._kept is None:
@@ -189,7 +213,7 @@ class FlopCounter:
                         self._report = kept_report(kept)
             if self._report is not None:
                 report: FlopReport = parse_report(self._report)
-                return report
+                return _with_uncalled(report, self._uncalled)
         raise RuntimeError(_NO_REPORT[self._state])
 
 
@@ -229,6 +253,93 @@ def count_flops(
         propagates unchanged, and the counting session and module hooks are removed either way.
     """
     return FlopCounter(modules=modules, custom_mapping=custom_mapping, threads=threads)
+
+
+class _Uncalled(NamedTuple):
+    """The modules of the named roots that hold parameters of their own, as listed after the
+    workload (``named_modules()`` order): per module, the label ``by_module`` gives it and the
+    labels of all its places; and whether the labels were read from frames."""
+
+    modules: list[tuple[str, list[str]]]
+    by_frames: bool
+
+
+_WHOLE = (nn.MultiheadAttention,)
+_UNINITIALIZED = (UninitializedParameter, UninitializedBuffer)
+
+
+def _uncalled_candidates(roots: list[nn.Module], by_frames: bool) -> _Uncalled:
+    """The modules below the named roots that could be listed as making no call, by
+    ``crawl_module``'s rules (``_Recorder.uncalled``): they hold parameters of their own; a root
+    is not listed, nor a module inside a ``MultiheadAttention`` or a root ``nn.Transformer``
+    (their call takes the whole module), nor a lazy one whose tensors are uninitialized. Labels
+    as the session named them (``_hooks.c`` ``name_tree``: each place of a module by its escaped
+    attribute path under the root's class name, a ``torch.compile`` wrapper as the module it
+    wraps; a module reached twice keeps its last name), so a module registered under two names
+    is called when either label is."""
+    places: dict[int, list[str]] = {}
+    first: list[tuple[nn.Module, bool]] = []
+    for root in roots:
+        whole_root = isinstance(_compiled_original(root) or root, nn.Transformer)
+        stack: list[tuple[nn.Module, str, bool, bool]] = [(root, _root_name(root), whole_root, True)]
+        while stack:
+            module, label, inside, is_root = stack.pop()
+            original = _compiled_original(module)
+            if original is not None:
+                stack.append((original, label, inside, is_root))
+                continue
+            known = places.get(id(module))
+            if known is None:
+                places[id(module)] = [label]
+                if not is_root:
+                    first.append((module, inside))
+            else:
+                known.append(label)
+            below = inside or isinstance(module, _WHOLE)
+            children, seen = [], set()
+            for key, child in module._modules.items():
+                if child is None or not isinstance(key, str) or id(child) in seen:
+                    continue
+                seen.add(id(child))
+                children.append((child, f"{label}.{escape_name(key)}", below, False))
+            stack.extend(reversed(children))
+    listed = []
+    for module, inside in first:
+        if inside or not any(p is not None for p in module._parameters.values()):
+            continue
+        tensors = [*module._parameters.values(), *module._buffers.values()]
+        if any(isinstance(t, _UNINITIALIZED) for t in tensors):
+            continue  # a lazy module: its size is unknown (crawl_module leaves it out too)
+        labels = places[id(module)]
+        listed.append((labels[-1], labels))
+    return _Uncalled(listed, by_frames)
+
+
+def _with_uncalled(report: FlopReport, uncalled: _Uncalled | None) -> FlopReport:
+    """``report`` with ``uncalled_modules``: the listed modules that made no call (by hooks:
+    none of their labels in ``by_module``, where every call has an entry, 0 when it ran no
+    operator), or ran no operator (by frames, which cannot tell a call that ran no operator
+    from no call: no entry for them and none for a module inside them)."""
+    if uncalled is None or not uncalled.modules:
+        return report
+    keys = set(report["by_module"]) | set(report["by_module_status"])
+    prefixes = sorted(keys) if uncalled.by_frames else []
+    out = []
+    for label, labels in uncalled.modules:
+        if any(name in keys for name in labels):
+            continue
+        if uncalled.by_frames and any(_has_below(prefixes, f"{name}.") for name in labels):
+            continue
+        out.append(label)
+    if out:
+        report["uncalled_modules"] = out
+    return report
+
+
+def _has_below(sorted_keys: list[str], prefix: str) -> bool:
+    """Whether a key of ``sorted_keys`` starts with ``prefix``."""
+    at = bisect.bisect_left(sorted_keys, prefix)
+    return at < len(sorted_keys) and sorted_keys[at].startswith(prefix)
 
 
 def _roots(modules: object) -> list[nn.Module] | None:

@@ -135,8 +135,10 @@ class FlopReport(TypedDict):
     integer_ops: NotRequired[IntegerOps]
     #: This rank's torch.distributed collectives; present when one ran (schema version 2).
     communication: NotRequired[Communication]
-    #: ``crawl_module``'s: the labels of the modules that hold parameters and were never
-    #: called (``format_flops`` gives each a row); absent when there are none.
+    #: The labels of the modules that hold parameters and were never called (``format_flops``
+    #: gives each a row): ``crawl_module``'s; ``measure_flops`` and ``count_flops`` given
+    #: ``modules=``: those that made no call (labels by hooks) or ran no operator (by frames);
+    #: absent when there are none.
     uncalled_modules: NotRequired[list[str]]
 
 

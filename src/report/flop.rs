@@ -124,7 +124,10 @@ pub struct FlopReport {
     pub communication: Option<Communication>,
     /// Labels (as `by_module`'s) of the modules that hold parameters and were never called, in
     /// `named_modules()` order: `crawl_module`'s `operator_flops` has them, so that the module
-    /// tree of `format_flops` gives each a row (0 FLOPs). Additive: absent when there are none.
+    /// tree of `format_flops` gives each a row (0 FLOPs); so do `measure_flops` and
+    /// `count_flops` given `modules=`, for the modules of those roots that made no call (labels
+    /// by hooks) or ran no operator (by frames: no `by_module` entry, none inside them).
+    /// Additive: absent when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub uncalled_modules: Vec<String>,
 }

@@ -13,6 +13,7 @@ from torch import nn
 import torchscan
 from torchscan import _hooks, _labels
 from torchscan._native import ops
+from torchscan.utils import format_flops
 
 X = torch.randn(4, 8)
 FRAMES = _hooks.frames_supported()
@@ -426,3 +427,77 @@ def test_a_replaced_module_call_path_still_labels(monkeypatch):
     report = torchscan.measure_flops(lambda: net(X))
     assert report["by_module"] == NET_LABELS
     assert not _labels.labelling()
+
+
+class Unused(nn.Module):
+    """fc, Linear(3, 4), called; unused, Linear(3, 5), never called: 3*5 + 5 = 20 parameters;
+    noop holds a parameter and is called, but runs no operator; holder holds a parameter and
+    is never called, its child `inner` Linear(3, 2) is (by the root, directly); attn, a
+    MultiheadAttention, never called (its out_proj inside it is not listed); lazy, never called,
+    its size unknown (not listed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.unused = nn.Linear(3, 5)
+        self.noop = NoOperator()
+        self.holder = Holder()
+        self.attn = nn.MultiheadAttention(4, 2)
+        self.lazy = nn.LazyLinear(2)
+
+    def forward(self, x):
+        return self.noop(self.fc(x)), self.holder.inner(x)
+
+
+class NoOperator(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(2))
+
+    def forward(self, x):
+        return x
+
+
+class Holder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(2))
+        self.inner = nn.Linear(3, 2)
+
+
+def test_named_modules_list_the_modules_that_made_no_call(mode):
+    model, x = Unused(), torch.randn(1, 3)
+    # fc: 2*3*4 = 24 multiply-adds' FLOPs + 4 bias adds = 28; inner: 2*3*2 = 12 + 2 = 14; 42.
+    report = torchscan.measure_flops(lambda: model(x), modules=model)
+    assert report["total"]["value"] == 42
+    # Frames cannot tell noop's call, which ran no operator, from no call: it is listed; hooks
+    # give its call an entry (0). holder made no call (its child was called directly): hooks
+    # list it; by frames its child's entry keeps it out (it ran no operator, that we can tell).
+    listed = {
+        "frames": ["Unused.unused", "Unused.noop", "Unused.attn"],
+        "hooks": ["Unused.unused", "Unused.holder", "Unused.attn"],
+    }[mode]
+    assert report["uncalled_modules"] == listed
+    # The listed Linear holds 3*5 + 5 = 20 parameters.
+    modules = {f"Unused.{path}": module for path, module in model.named_modules() if path}
+    assert sum(p.numel() for p in modules["Unused.unused"].parameters()) == 20
+    # format_flops gives it a row of 0 FLOPs, no status.
+    lines = format_flops(report, "module").splitlines()[3:]
+    rows = {line.split()[0]: line.split()[1:] for line in lines if not line.startswith("Phases")}
+    assert rows["unused"] == ["0", "0.0%"] and rows["Unused"] == ["42", "100.0%", "complete"]
+
+    # count_flops lists the same; the total is unchanged.
+    with torchscan.count_flops(modules=model) as counter:
+        model(x)
+    counted = counter.report()
+    assert counted["uncalled_modules"] == listed and counted["total"]["value"] == 42
+    # Without `modules=` nothing is listed and the total is the same.
+    plain = torchscan.measure_flops(lambda: model(x))
+    assert "uncalled_modules" not in plain and plain["total"]["value"] == 42
+
+
+def test_named_modules_list_nothing_when_every_module_ran(mode):
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    report = torchscan.measure_flops(lambda: model(torch.randn(1, 3)), modules=model)
+    # 2*3*4 = 24 + 4 bias adds + 4 ReLU comparisons = 32 (ReLU: 1 per element).
+    assert report["total"]["value"] == 32 and "uncalled_modules" not in report

@@ -11,6 +11,8 @@ parameters (an unused `nn.Linear` kept as an attribute).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -265,6 +267,44 @@ def test_an_unused_linear_has_a_row_in_every_table(capsys, tmp_path):
     assert row is not None, "no row for the unused module"
     assert 'data-type="Linear, never called"' in row.group(0)
     assert "<td>Linear</td>" in row.group(1) and '<td class="num">20</td>' in row.group(1)
+
+
+def test_the_csv_has_a_row_for_an_unused_module(tmp_path):
+    # `torchscan MODEL --csv -` (python -m torchscan with this worktree's package): the layer
+    # calls, then the module never called: no call index, depth 1, Linear, no output shape,
+    # 3*5 + 5 = 20 parameters (all trainable), 0 buffers, operator FLOPs 0 and complete (the
+    # table's 0), no other metric. The calls: the root and fc, 2*3*4 = 24 + 4 bias adds = 28.
+    (tmp_path / "unused_model.py").write_text(UNUSED_MODULE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(torchscan.__file__).parents[1])]))
+
+    def csv_rows(*extra: str) -> list[dict[str, str]]:
+        result = subprocess.run(
+            [sys.executable, "-m", "torchscan", "unused_model:WithUnused", "--input-shape", "3", "--csv", "-", *extra],
+            capture_output=True, text=True, cwd=tmp_path, env=env, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return list(csv.DictReader(io.StringIO(result.stdout)))
+
+    rows = csv_rows()
+    assert [(row["path"], row["call_index"], row["parameters"]) for row in rows] == [
+        ("", "0", "0"),
+        ("fc", "0", "16"),
+        ("unused", "", "20"),
+    ]
+    unused = rows[2]
+    assert (unused["depth"], unused["type"], unused["output_shape"]) == ("1", "Linear", "")
+    assert (unused["trainable_parameters"], unused["buffers"]) == ("20", "0")
+    assert (unused["operator_flops"], unused["operator_flops_status"]) == ("0", "complete")
+    assert [unused[name] for name in ("module_flops", "macs", "dmas", "receptive_field", "memory_bytes")] == [""] * 5
+    assert rows[0]["operator_flops"] == "28"
+    # The rows' parameters add up to the model's, 16 + 20 = 36.
+    assert sum(int(row["parameters"]) for row in rows) == 36
+
+    # Structure mode counts no operator: the row's FLOPs and status are empty.
+    structure = csv_rows("--mode", "structure")
+    assert [(row["path"], row["parameters"], row["operator_flops"], row["operator_flops_status"]) for row in structure][
+        2
+    ] == ("unused", "20", "", "")
 
 
 def test_an_uncalled_module_sharing_a_weight_counts_it_once():

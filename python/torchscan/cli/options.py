@@ -282,8 +282,8 @@ def analyse_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--csv",
         metavar="PATH",
-        help="write the layer table as CSV to PATH (one row per layer call, full names, exact numbers); '-' "
-        "writes only the CSV to stdout",
+        help="write the layer table as CSV to PATH (one row per layer call, full names, exact numbers, then one "
+        "per module never called that holds parameters, its call_index empty); '-' writes only the CSV to stdout",
     )
     return parser
 

@@ -249,7 +249,8 @@ def _shape(meta: Mapping[str, Any] | None) -> str:
 
 
 def write_csv(report: AnalysisReport, destination: str, out: TextIO) -> None:
-    """The layer table as CSV: one row per layer call, full paths and exact numbers."""
+    """The layer table as CSV: one row per layer call, full paths and exact numbers, then one
+    per module never called that holds parameters (`_uncalled_rows`)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(
@@ -288,9 +289,45 @@ def write_csv(report: AnalysisReport, destination: str, out: TextIO) -> None:
                 "",
             ]
         )
+    for row in _uncalled_rows(report):
+        writer.writerow(row)
     for row in _run_rows(report):
         writer.writerow(row)
     _write(buffer.getvalue(), destination, out)
+
+
+def _uncalled_rows(report: AnalysisReport) -> list[list[object]]:
+    """A row per module that holds parameters and was never called (the report's
+    `uncalled_modules`, in `named_modules()` order), after the layer calls: `call_index` empty
+    (no call), no output shape, the tensors it holds that no call counted, operator FLOPs 0
+    with status `complete` as the table shows them (both empty in structure mode, where no
+    operator is counted), the other metrics empty (a module's estimates are of a call)."""
+    counted = report["operator_flops"]["context"].get("method") != "not_requested"
+    flops, status = (0, "complete") if counted else ("", "")
+    blank = [""] * (len(CSV_METRICS) - 1)
+    rows: list[list[object]] = []
+    for module in report.get("uncalled_modules", []):
+        params = module["parameters"]
+        trainable, frozen = params.get("trainable"), params.get("frozen")
+        owned = trainable + frozen if trainable is not None and frozen is not None else ""
+        elements = module["buffers"].get("elements")
+        rows.append(
+            [
+                module["path"],
+                "",
+                module["depth"],
+                module["type"],
+                "",
+                owned,
+                "" if trainable is None else trainable,
+                "" if elements is None else elements,
+                flops,
+                *blank,
+                status,
+                "",
+            ]
+        )
+    return rows
 
 
 def _run_rows(report: AnalysisReport) -> list[list[object]]:
