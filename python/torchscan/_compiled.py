@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from . import _labels
+from ._guards import hold
 from ._native import ops
 
 _OUTPUT_CODE = "torch._inductor.output_code"
@@ -332,7 +333,7 @@ def _price(gm: Any, example_inputs: Sequence[Any]) -> dict[str, int] | None:
         _log.debug("torchscan: a compiled graph could not be priced: %r", error)
         return None
     frame = [weakref.ref(m) for m in _compiling_frame_modules()]
-    with _lock:
+    with hold(_lock):  # a guard: an interrupt on the with line cannot leave it held
         for graph in graphs.values():
             _FRAMES[graph] = frame
     return graphs
@@ -548,7 +549,7 @@ _WRAPPERS: dict[str, Callable[[ModuleType], None]] = {
 
 
 def _wrap(name: str, module: ModuleType) -> None:
-    with _lock:
+    with hold(_lock):  # a guard: an interrupt on the with line cannot leave it held
         _WRAPPERS[name](module)
 
 

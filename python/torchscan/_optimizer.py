@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from ._guards import hold
 from ._native import ops
 
 __all__ = ["OPTIMIZER_STEP_BEGIN", "OPTIMIZER_STEP_END", "session_closed", "session_opened"]
@@ -26,21 +27,23 @@ OPTIMIZER_STEP_BEGIN = "\0optimizer_step_begin"
 OPTIMIZER_STEP_END = "\0optimizer_step_end"
 
 
-class _Open(threading.local):
-    def __init__(self) -> None:
-        self.handles: list[int] = []
-
-
-_open = _Open()
+# The sessions counting now, each with its thread (a step is marked in its own thread's sessions),
+# and the two hooks, installed exactly while a session is listed. Both change under `_lock`, held
+# by a guard (`_guards.c`): a `with lock:` that an interrupt hits on its last line skips
+# `__exit__` and leaves the lock held, deadlocking the next session. Every change ends with
+# `_sync`, so an interrupt between two lines leaves at worst a state the next call repairs.
 _lock = threading.Lock()
-_count = 0
+_sessions: dict[int, int] = {}
 _hooks: list[Any] = []
 
 
 def _mark(label: str) -> None:
     if torch.compiler.is_compiling():
         return
-    for handle in list(_open.handles):
+    thread = threading.get_ident()
+    for handle, owner in list(_sessions.items()):
+        if owner != thread:
+            continue
         try:
             ops.push_scope(handle, label)
         except RuntimeError:  # a session an interrupt left listed: never the step's failure
@@ -55,26 +58,26 @@ def _end(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     _mark(OPTIMIZER_STEP_END)
 
 
+def _sync() -> None:
+    """The hooks installed while a session is listed, removed when none is (under `_lock`)."""
+    if _sessions:
+        if not _hooks:
+            _hooks.append(register_optimizer_step_pre_hook(_begin))
+        if len(_hooks) == 1:
+            _hooks.append(register_optimizer_step_post_hook(_end))
+    while not _sessions and _hooks:
+        _hooks.pop().remove()
+
+
 def session_opened(handle: int) -> None:
     """A session started counting on this thread: its optimizer steps are marked."""
-    global _count
-    _open.handles.append(handle)
-    with _lock:
-        _count += 1
-        if _count == 1:
-            _hooks[:] = [register_optimizer_step_pre_hook(_begin), register_optimizer_step_post_hook(_end)]
+    with hold(_lock):
+        _sessions[handle] = threading.get_ident()
+        _sync()
 
 
 def session_closed(handle: int) -> None:
-    """The session stopped counting (or was freed); once for each :func:`session_opened`."""
-    global _count
-    try:
-        _open.handles.remove(handle)
-    except ValueError:
-        return
-    with _lock:
-        _count -= 1
-        if _count == 0:
-            for hook in _hooks:
-                hook.remove()
-            _hooks.clear()
+    """The session stopped counting (or was freed); once or more for each :func:`session_opened`."""
+    with hold(_lock):
+        _sessions.pop(handle, None)
+        _sync()
