@@ -98,7 +98,8 @@ def test_two_thousand_crawl_module(record_property, one_intra_op_thread):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
     model.train()
-    conv, bn, relu, linear = 2 * 4 * 36 * 27, 2 * 4 * 36, 4 * 36, 2 * 144 * 2
+    # The convolution and the Linear each add their bias, one FLOP per output element.
+    conv, bn, relu, linear = 2 * 4 * 36 * 27 + 4 * 36, 2 * 4 * 36, 4 * 36, 2 * 144 * 2 + 2
 
     def check(report):
         assert report["totals"]["operator_flops"]["value"] == conv + bn + relu + linear
