@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-import torchvision
 from torch import nn
 
 import torchscan
@@ -234,6 +233,8 @@ def test_all_threads_prices_other_threads_calls_with_the_custom_mapping(pool, ab
 
 
 def test_all_threads_reports_another_threads_operator_without_formula_as_uncounted(pool):
+    # torchvision is not among the core tests' dependencies (`make test-torch`): skipped there.
+    torchvision = pytest.importorskip("torchvision")
     features, rois = torch.randn(1, 2, 4, 4), torch.tensor([[0, 0.0, 0.0, 2.0, 2.0]])
     work = lambda: pool.submit(torchvision.ops.roi_pool, features, rois, 2).result()  # noqa: E731
     report = torchscan.measure_flops(work, threads="all")
