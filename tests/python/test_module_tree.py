@@ -12,6 +12,7 @@ parameters (an unused `nn.Linear` kept as an attribute).
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import json
 import os
@@ -188,19 +189,8 @@ class WithUnused(nn.Module):
         return self.fc(x)
 
 
-UNUSED_MODULE = """
-from torch import nn
-
-
-class WithUnused(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(3, 4)
-        self.unused = nn.Linear(3, 5)
-
-    def forward(self, x):
-        return self.fc(x)
-"""
+# The same class as a file the command imports (`unused_model:WithUnused`).
+UNUSED_MODULE = "from torch import nn\n\n\n" + inspect.getsource(WithUnused)
 
 
 def test_an_unused_linear_has_a_row_in_every_table(capsys, tmp_path):
